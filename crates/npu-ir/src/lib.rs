@@ -1,0 +1,40 @@
+//! The torch_ir IR JSON contract (PyPI `pytorch-ir` 0.2.x), read into a typed graph.
+//!
+//! [`parse_str`] / [`load`] turn IR JSON into a [`Graph`]: every node input resolved to a
+//! [`ValueId`] (graph input, weight, embedded constant or node output), every op typed as an
+//! [`Op`] with ATen schema defaults filled in where export dropped them, every shape static.
+//! Ops this crate does not know are kept by name as [`Op::Unknown`] so a partitioner can
+//! route them elsewhere. Nothing here knows about targets or kernels.
+
+mod attrs;
+mod dtype;
+mod error;
+mod graph;
+mod json;
+mod op;
+
+pub use attrs::Scalar;
+pub use dtype::DType;
+pub use error::IrError;
+pub use graph::{
+    ConstData, Graph, Node, NodeId, TensorType, Value, ValueId, ValueKind, WeightInfo,
+};
+pub use json::{RawIr, RawNode, RawTensor};
+pub use op::{BinaryOp, Op, Pool2d, UnaryOp};
+
+use std::path::Path;
+
+/// Parses IR JSON text into a validated, typed graph.
+pub fn parse_str(text: &str) -> Result<Graph, IrError> {
+    let raw = json::parse_raw(text)?;
+    Graph::from_raw(raw)
+}
+
+/// Reads and parses an IR JSON file; errors name the file.
+pub fn load(path: &Path) -> Result<Graph, IrError> {
+    let text = std::fs::read_to_string(path).map_err(|e| IrError::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    parse_str(&text).map_err(|e| e.in_file(path))
+}

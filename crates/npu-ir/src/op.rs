@@ -1,0 +1,434 @@
+//! ATen ops as a typed enum. Parsing fills ATen schema defaults for attrs that
+//! `torch.export` dropped because they equalled their default.
+
+use crate::attrs::{Attrs, Scalar};
+use crate::{DType, IrError};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value as Json};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnaryOp {
+    Relu,
+    Silu,
+    Gelu,
+    GeluTanh,
+    Neg,
+    Rsqrt,
+    Sqrt,
+    Recip,
+    Exp,
+    Log,
+    Cos,
+    Sin,
+    Tanh,
+    Sigmoid,
+    Abs,
+}
+
+impl UnaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Relu => "relu",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::Neg => "neg",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Abs => "abs",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+}
+
+impl BinaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+        }
+    }
+}
+
+/// 2-D pooling window; `stride` is already defaulted to `kernel` when export left it empty.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pool2d {
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub ceil_mode: bool,
+}
+
+/// A typed ATen op. View-like ops keep their attrs although the graph's output metadata
+/// already fixes their result shape; the compiler uses the attrs to derive strides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    Unary(UnaryOp),
+    /// `a op (alpha * b)`, both tensors; alpha is 1 except for add/sub.
+    Binary { op: BinaryOp, alpha: f64 },
+    /// One tensor and a Python scalar: `x op s`, or `s op x` when `scalar_lhs`.
+    BinaryScalar { op: BinaryOp, scalar: f64, scalar_lhs: bool },
+    Clamp { min: Option<f64>, max: Option<f64> },
+    Conv2d { stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize },
+    BatchNorm { eps: f64, training: bool },
+    LayerNorm { normalized_shape: Vec<usize>, eps: f64 },
+    MaxPool2d(Pool2d),
+    AvgPool2d { pool: Pool2d, count_include_pad: bool, divisor_override: Option<i64> },
+    AdaptiveAvgPool2d { output_size: [usize; 2] },
+    Linear,
+    /// `torch.matmul` semantics (also mm/bmm): batch dims broadcast, 1-D operands promoted.
+    Matmul,
+    Addmm { beta: f64, alpha: f64 },
+    Embedding,
+    Softmax { dim: i64, dtype: Option<DType> },
+    Mean { dims: Vec<i64>, keepdim: bool },
+    Sum { dims: Vec<i64>, keepdim: bool },
+    /// view/reshape/flatten/unsqueeze/squeeze: the result shape is the output's.
+    Reshape,
+    Transpose { dim0: i64, dim1: i64 },
+    Permute { dims: Vec<i64> },
+    Expand { size: Vec<i64> },
+    Slice { dim: i64, start: i64, end: i64, step: i64 },
+    Cat { dim: i64 },
+    Chunk { chunks: usize, dim: i64 },
+    Split { split_size: usize, dim: i64 },
+    IndexCopy { dim: i64 },
+    /// Dtype conversion (`to.dtype`, `to.dtype_layout`, `_to_copy`); the target dtype is the output's.
+    Cast,
+    /// Value-preserving ops: alias, clone, contiguous, detach, lift_fresh_copy.
+    Identity,
+    Dropout { p: f64, train: bool },
+    GetItem { index: usize },
+    /// `_assert_tensor_metadata`: a pure check with no output.
+    AssertMetadata,
+    Full { value: f64 },
+    Sdpa { is_causal: bool, scale: Option<f64>, enable_gqa: bool },
+    /// Any op this crate does not type, kept by name for the partitioner.
+    Unknown { op_type: String, attrs: Map<String, Json> },
+}
+
+/// Splits `aten.add_.Tensor` into (`add`, `Tensor`, in_place = true).
+pub(crate) fn split_op_type(op_type: &str) -> Option<(&str, &str, bool)> {
+    let rest = op_type.strip_prefix("aten.")?;
+    let (name, overload) = rest.split_once('.').unwrap_or((rest, "default"));
+    match name.strip_suffix('_') {
+        Some(base) if !base.is_empty() && !base.ends_with('_') => Some((base, overload, true)),
+        _ => Some((name, overload, false)),
+    }
+}
+
+fn usize_pair(a: &Attrs, key: &str, v: Vec<i64>) -> Result<[usize; 2], IrError> {
+    match v.as_slice() {
+        [x, y] if *x >= 0 && *y >= 0 => Ok([*x as usize, *y as usize]),
+        _ => Err(a.err(key, format!("expected two non-negative integers, got {v:?}"))),
+    }
+}
+
+fn pool2d(a: &Attrs, stride_default_kernel: bool) -> Result<Pool2d, IrError> {
+    let kernel = usize_pair(a, "kernel_size", a.ints_or("kernel_size", 2, &[])?)?;
+    let stride = a.ints_or("stride", 2, &[])?;
+    let stride = if stride.is_empty() && stride_default_kernel {
+        kernel
+    } else {
+        usize_pair(a, "stride", stride)?
+    };
+    Ok(Pool2d {
+        kernel,
+        stride,
+        padding: usize_pair(a, "padding", a.ints_or("padding", 2, &[0, 0])?)?,
+        dilation: usize_pair(a, "dilation", a.ints_or("dilation", 2, &[1, 1])?)?,
+        ceil_mode: a.bool_or("ceil_mode", false)?,
+    })
+}
+
+impl Op {
+    /// Types one node. `n_inputs` is the number of tensor inputs (an absent optional tensor
+    /// or a Python scalar in a tensor slot removes one), `in_rank` the rank of input 0.
+    /// Returns the op and whether the node was an in-place (`op_`) variant.
+    pub(crate) fn parse(
+        node: &str,
+        op_type: &str,
+        attrs: &Map<String, Json>,
+        n_inputs: usize,
+        in_rank: usize,
+    ) -> Result<(Op, bool), IrError> {
+        let a = Attrs { node, op_type, map: attrs };
+        let unknown = || Op::Unknown { op_type: op_type.to_string(), attrs: attrs.clone() };
+        if op_type == "<built-in function getitem>" {
+            let index = a.i64_or("index", -1)?;
+            if index < 0 {
+                return Err(a.err("index", "getitem needs a non-negative index"));
+            }
+            return Ok((Op::GetItem { index: index as usize }, false));
+        }
+        let Some((name, overload, inplace)) = split_op_type(op_type) else {
+            return Ok((unknown(), false));
+        };
+        let binary = |op: BinaryOp, alpha_attr: bool| -> Result<Op, IrError> {
+            let alpha = if alpha_attr { a.f64_or("alpha", 1.0)? } else { 1.0 };
+            if n_inputs >= 2 {
+                return Ok(Op::Binary { op, alpha });
+            }
+            let key = if a.has("other") { "other" } else { "exponent" };
+            let scalar = a
+                .scalar(key)?
+                .ok_or_else(|| a.err("other", "binary op with one tensor input needs a scalar `other`"))?
+                .as_f64();
+            Ok(Op::BinaryScalar { op, scalar: scalar * alpha, scalar_lhs: false })
+        };
+        let op = match (name, overload) {
+            ("relu", _) => Op::Unary(UnaryOp::Relu),
+            ("silu", _) => Op::Unary(UnaryOp::Silu),
+            ("gelu", _) => match a.string("approximate")?.as_deref() {
+                None | Some("none") => Op::Unary(UnaryOp::Gelu),
+                Some("tanh") => Op::Unary(UnaryOp::GeluTanh),
+                Some(o) => return Err(a.err("approximate", format!("unknown gelu approximation '{o}'"))),
+            },
+            ("neg", _) => Op::Unary(UnaryOp::Neg),
+            ("rsqrt", _) => Op::Unary(UnaryOp::Rsqrt),
+            ("sqrt", _) => Op::Unary(UnaryOp::Sqrt),
+            ("reciprocal", _) => Op::Unary(UnaryOp::Recip),
+            ("exp", _) => Op::Unary(UnaryOp::Exp),
+            ("log", _) => Op::Unary(UnaryOp::Log),
+            ("cos", _) => Op::Unary(UnaryOp::Cos),
+            ("sin", _) => Op::Unary(UnaryOp::Sin),
+            ("tanh", _) => Op::Unary(UnaryOp::Tanh),
+            ("sigmoid", _) => Op::Unary(UnaryOp::Sigmoid),
+            ("abs", _) => Op::Unary(UnaryOp::Abs),
+            ("add", "Tensor" | "Scalar") => binary(BinaryOp::Add, true)?,
+            ("sub", "Tensor" | "Scalar") => binary(BinaryOp::Sub, true)?,
+            ("mul", "Tensor" | "Scalar") => binary(BinaryOp::Mul, false)?,
+            ("div", "Tensor" | "Scalar") => binary(BinaryOp::Div, false)?,
+            ("pow", "Tensor_Scalar" | "Tensor_Tensor") => binary(BinaryOp::Pow, false)?,
+            ("maximum", _) => binary(BinaryOp::Max, false)?,
+            ("minimum", _) => binary(BinaryOp::Min, false)?,
+            ("rsub", "Scalar") => {
+                let s = a.scalar("other")?.ok_or_else(|| a.err("other", "missing"))?.as_f64();
+                let alpha = a.f64_or("alpha", 1.0)?;
+                if alpha != 1.0 {
+                    return Ok((unknown(), inplace));
+                }
+                Op::BinaryScalar { op: BinaryOp::Sub, scalar: s, scalar_lhs: true }
+            }
+            ("clamp", "default") | ("hardtanh", "default") => {
+                let (lo, hi) = if name == "clamp" { ("min", "max") } else { ("min_val", "max_val") };
+                let defaults = if name == "clamp" { (None, None) } else { (Some(-1.0), Some(1.0)) };
+                Op::Clamp {
+                    min: a.scalar(lo)?.map(Scalar::as_f64).or(defaults.0),
+                    max: a.scalar(hi)?.map(Scalar::as_f64).or(defaults.1),
+                }
+            }
+            ("conv2d", "default") => {
+                if !(2..=3).contains(&n_inputs) {
+                    return Err(bad(node, op_type, format!("conv2d takes input, weight and an optional bias, got {n_inputs} inputs")));
+                }
+                let groups = a.i64_or("groups", 1)?;
+                if groups < 1 {
+                    return Err(a.err("groups", "must be at least 1"));
+                }
+                Op::Conv2d {
+                    stride: usize_pair(&a, "stride", a.ints_or("stride", 2, &[1, 1])?)?,
+                    padding: usize_pair(&a, "padding", a.ints_or("padding", 2, &[0, 0])?)?,
+                    dilation: usize_pair(&a, "dilation", a.ints_or("dilation", 2, &[1, 1])?)?,
+                    groups: groups as usize,
+                }
+            }
+            ("batch_norm", "default") => Op::BatchNorm {
+                eps: a.f64_or("eps", 1e-5)?,
+                training: a.bool_or("training", false)?,
+            },
+            ("layer_norm", "default") => Op::LayerNorm {
+                normalized_shape: a.ints("normalized_shape")?.into_iter().map(|d| d.max(0) as usize).collect(),
+                eps: a.f64_or("eps", 1e-5)?,
+            },
+            ("max_pool2d", "default") => Op::MaxPool2d(pool2d(&a, true)?),
+            ("avg_pool2d", "default") => Op::AvgPool2d {
+                pool: pool2d(&a, true)?,
+                count_include_pad: a.bool_or("count_include_pad", true)?,
+                divisor_override: a.scalar("divisor_override")?.map(|s| s.as_f64() as i64),
+            },
+            ("adaptive_avg_pool2d", "default") => Op::AdaptiveAvgPool2d {
+                output_size: usize_pair(&a, "output_size", a.ints_or("output_size", 2, &[])?)?,
+            },
+            ("linear", "default") => Op::Linear,
+            ("matmul" | "mm" | "bmm", "default") => Op::Matmul,
+            ("addmm", "default") => Op::Addmm { beta: a.f64_or("beta", 1.0)?, alpha: a.f64_or("alpha", 1.0)? },
+            ("t", "default") => match in_rank {
+                0 | 1 => Op::Identity,
+                _ => Op::Transpose { dim0: 0, dim1: 1 },
+            },
+            ("embedding", "default") => Op::Embedding,
+            ("softmax", "int") | ("_softmax", "default") => Op::Softmax {
+                dim: a.i64_or("dim", -1)?,
+                dtype: a.dtype("dtype")?,
+            },
+            ("mean", "dim") => Op::Mean { dims: a.ints_or("dim", 1, &[])?, keepdim: a.bool_or("keepdim", false)? },
+            ("sum", "dim_IntList") => Op::Sum { dims: a.ints_or("dim", 1, &[])?, keepdim: a.bool_or("keepdim", false)? },
+            ("view" | "reshape" | "_unsafe_view", _) | ("unsqueeze" | "squeeze", _) | ("flatten", "using_ints") => Op::Reshape,
+            ("transpose", "int") => Op::Transpose { dim0: a.i64_or("dim0", 0)?, dim1: a.i64_or("dim1", 1)? },
+            ("permute", "default") => Op::Permute { dims: a.ints("dims")? },
+            ("expand", "default") => Op::Expand { size: a.ints("size")? },
+            ("slice", "Tensor") => {
+                let step = a.i64_or("step", 1)?;
+                if step < 1 {
+                    return Err(a.err("step", format!("slice step must be positive, got {step}")));
+                }
+                Op::Slice { dim: a.i64_or("dim", 0)?, start: a.i64_or("start", 0)?, end: a.i64_or("end", i64::MAX)?, step }
+            }
+            ("cat" | "concat", "default") => Op::Cat { dim: a.i64_or("dim", 0)? },
+            ("chunk", "default") => {
+                let chunks = a.i64_or("chunks", 0)?;
+                if chunks < 1 {
+                    return Err(a.err("chunks", "must be at least 1"));
+                }
+                Op::Chunk { chunks: chunks as usize, dim: a.i64_or("dim", 0)? }
+            }
+            ("split", "Tensor") => {
+                let s = a.i64_or("split_size", 0)?;
+                if s < 1 {
+                    return Err(a.err("split_size", "must be at least 1"));
+                }
+                Op::Split { split_size: s as usize, dim: a.i64_or("dim", 0)? }
+            }
+            ("index_copy", "default") => Op::IndexCopy { dim: a.i64_or("dim", 0)? },
+            ("to", "dtype" | "dtype_layout" | "other" | "device") | ("_to_copy", "default") | ("type_as", "default") => Op::Cast,
+            ("alias" | "clone" | "contiguous" | "detach" | "lift_fresh_copy", _) => Op::Identity,
+            ("dropout", "default") => Op::Dropout { p: a.f64_or("p", 0.5)?, train: a.bool_or("train", true)? },
+            ("_assert_tensor_metadata", _) => Op::AssertMetadata,
+            ("full", "default") => Op::Full { value: a.f64_or("fill_value", 0.0)? },
+            ("zeros", "default") => Op::Full { value: 0.0 },
+            ("ones", "default") => Op::Full { value: 1.0 },
+            ("scaled_dot_product_attention", "default") => Op::Sdpa {
+                is_causal: a.bool_or("is_causal", false)?,
+                scale: a.scalar("scale")?.map(Scalar::as_f64),
+                enable_gqa: a.bool_or("enable_gqa", false)?,
+            },
+            _ => unknown(),
+        };
+        Ok((op, inplace))
+    }
+
+    /// A short human name (`conv2d`, `add`, `unknown:aten.foo.default`).
+    pub fn name(&self) -> String {
+        match self {
+            Op::Unary(u) => u.name().to_string(),
+            Op::Binary { op, .. } => op.name().to_string(),
+            Op::BinaryScalar { op, .. } => format!("{}_scalar", op.name()),
+            Op::Unknown { op_type, .. } => op_type.clone(),
+            other => {
+                let dbg = format!("{other:?}");
+                let head = dbg.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("");
+                to_snake(head)
+            }
+        }
+    }
+}
+
+fn to_snake(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+fn bad(node: &str, op_type: &str, message: String) -> IrError {
+    IrError::BadNode { node: node.to_string(), op_type: op_type.to_string(), message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(op_type: &str, attrs: &str, n: usize) -> Result<(Op, bool), IrError> {
+        let m: Map<String, Json> = serde_json::from_str(attrs).unwrap();
+        Op::parse("n", op_type, &m, n, 4)
+    }
+
+    #[test]
+    fn inplace_ops_are_flagged() {
+        assert_eq!(split_op_type("aten.add_.Tensor"), Some(("add", "Tensor", true)));
+        assert_eq!(split_op_type("aten._assert_tensor_metadata.default"), Some(("_assert_tensor_metadata", "default", false)));
+        assert_eq!(parse("aten.relu_.default", "{}", 1).unwrap(), (Op::Unary(UnaryOp::Relu), true));
+        assert_eq!(parse("aten.index_copy_.default", r#"{"dim": 2}"#, 3).unwrap(), (Op::IndexCopy { dim: 2 }, true));
+    }
+
+    #[test]
+    fn conv_defaults_are_filled() {
+        let (op, _) = parse("aten.conv2d.default", r#"{"stride": [2, 2]}"#, 2).unwrap();
+        assert_eq!(op, Op::Conv2d { stride: [2, 2], padding: [0, 0], dilation: [1, 1], groups: 1 });
+    }
+
+    #[test]
+    fn max_pool_stride_defaults_to_kernel() {
+        let (op, _) = parse("aten.max_pool2d.default", r#"{"kernel_size": [3, 3]}"#, 1).unwrap();
+        let Op::MaxPool2d(p) = op else { panic!() };
+        assert_eq!(p.stride, [3, 3]);
+        assert_eq!(p.dilation, [1, 1]);
+        assert!(!p.ceil_mode);
+    }
+
+    #[test]
+    fn scalar_in_tensor_slot_becomes_binary_scalar() {
+        let (op, _) = parse("aten.mul.Tensor", r#"{"other": 0.5}"#, 1).unwrap();
+        assert_eq!(op, Op::BinaryScalar { op: BinaryOp::Mul, scalar: 0.5, scalar_lhs: false });
+        let (op, _) = parse("aten.div.Tensor", r#"{"other": 4}"#, 1).unwrap();
+        assert_eq!(op, Op::BinaryScalar { op: BinaryOp::Div, scalar: 4.0, scalar_lhs: false });
+        let (op, _) = parse("aten.pow.Tensor_Scalar", r#"{"exponent": 2}"#, 1).unwrap();
+        assert_eq!(op, Op::BinaryScalar { op: BinaryOp::Pow, scalar: 2.0, scalar_lhs: false });
+    }
+
+    #[test]
+    fn slice_open_end_is_int64_max() {
+        let (op, _) = parse("aten.slice.Tensor", r#"{"dim": 3, "start": 64, "end": 9223372036854775807}"#, 1).unwrap();
+        assert_eq!(op, Op::Slice { dim: 3, start: 64, end: i64::MAX, step: 1 });
+    }
+
+    #[test]
+    fn stringified_dtype_attr() {
+        let (op, _) = parse("aten.softmax.int", r#"{"dim": -1, "dtype": "torch.float32"}"#, 1).unwrap();
+        assert_eq!(op, Op::Softmax { dim: -1, dtype: Some(DType::F32) });
+        let err = parse("aten.softmax.int", r#"{"dim": -1, "dtype": "torch.float8"}"#, 1).unwrap_err();
+        assert!(err.to_string().contains("unknown dtype 'torch.float8'"), "{err}");
+    }
+
+    #[test]
+    fn unknown_ops_are_kept_by_name() {
+        let (op, _) = parse("aten.erfinv.default", "{}", 1).unwrap();
+        assert_eq!(op.name(), "aten.erfinv.default");
+        let (op, _) = parse("wrap_with_set_grad_enabled", "{}", 2).unwrap();
+        assert!(matches!(op, Op::Unknown { .. }));
+    }
+
+    #[test]
+    fn names_are_snake_case() {
+        assert_eq!(Op::AdaptiveAvgPool2d { output_size: [1, 1] }.name(), "adaptive_avg_pool2d");
+        assert_eq!(Op::IndexCopy { dim: 0 }.name(), "index_copy");
+    }
+}
