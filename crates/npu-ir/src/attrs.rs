@@ -72,7 +72,9 @@ impl<'a> Attrs<'a> {
 
     pub fn scalar(&self, key: &str) -> Result<Option<Scalar>, IrError> {
         self.get(key)
-            .map(|v| json_scalar(v).ok_or_else(|| self.err(key, format!("expected a number, got {v}"))))
+            .map(|v| {
+                json_scalar(v).ok_or_else(|| self.err(key, format!("expected a number, got {v}")))
+            })
             .transpose()
     }
 
@@ -102,7 +104,9 @@ impl<'a> Attrs<'a> {
         match self.get(key) {
             None => Ok(default.to_vec()),
             Some(Json::Number(x)) => {
-                let x = x.as_i64().ok_or_else(|| self.err(key, "expected integers"))?;
+                let x = x
+                    .as_i64()
+                    .ok_or_else(|| self.err(key, "expected integers"))?;
                 Ok(vec![x; n.max(1)])
             }
             Some(Json::Array(items)) => {
@@ -110,7 +114,15 @@ impl<'a> Attrs<'a> {
                     .iter()
                     .map(|x| x.as_i64())
                     .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| self.err(key, format!("expected a list of integers, got {}", Json::Array(items.clone()))))?;
+                    .ok_or_else(|| {
+                        self.err(
+                            key,
+                            format!(
+                                "expected a list of integers, got {}",
+                                Json::Array(items.clone())
+                            ),
+                        )
+                    })?;
                 if v.len() == 1 && n > 1 {
                     Ok(vec![v[0]; n])
                 } else {
@@ -159,19 +171,31 @@ mod tests {
     #[test]
     fn defaults_and_int_float_distinction() {
         let m = attrs(r#"{"other": 1, "eps": 1e-06, "end": 9223372036854775807, "k": [2]}"#);
-        let a = Attrs { node: "n", op_type: "t", map: &m };
+        let a = Attrs {
+            node: "n",
+            op_type: "t",
+            map: &m,
+        };
         assert_eq!(a.scalar("other").unwrap(), Some(Scalar::Int(1)));
         assert_eq!(a.f64_or("eps", 0.0).unwrap(), 1e-6);
         assert_eq!(a.i64_or("end", 0).unwrap(), i64::MAX);
         assert_eq!(a.ints_or("k", 2, &[]).unwrap(), vec![2, 2]);
         assert_eq!(a.ints_or("missing", 2, &[0, 0]).unwrap(), vec![0, 0]);
-        assert!(a.bool_or("other", false).unwrap_err().to_string().contains("expected a bool"));
+        assert!(a
+            .bool_or("other", false)
+            .unwrap_err()
+            .to_string()
+            .contains("expected a bool"));
     }
 
     #[test]
     fn non_finite_markers_read_as_floats() {
         let m = Map::from_iter([("v".to_string(), Json::String(NEG_INF.to_string()))]);
-        let a = Attrs { node: "n", op_type: "t", map: &m };
+        let a = Attrs {
+            node: "n",
+            op_type: "t",
+            map: &m,
+        };
         assert_eq!(a.f64_or("v", 0.0).unwrap(), f64::NEG_INFINITY);
     }
 }

@@ -23,7 +23,9 @@ pub enum IrError {
     },
     #[error("tensor '{tensor}' has unknown dtype '{dtype}'")]
     UnknownDType { tensor: String, dtype: String },
-    #[error("tensor '{tensor}' has a dynamic or invalid shape {shape}: static shapes are required")]
+    #[error(
+        "tensor '{tensor}' has a dynamic or invalid shape {shape}: static shapes are required"
+    )]
     DynamicShape { tensor: String, shape: String },
     #[error("node '{node}': input '{input}' refers to {what}")]
     UnresolvedInput {

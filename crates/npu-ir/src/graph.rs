@@ -221,18 +221,36 @@ fn json_shape(v: &Json) -> Vec<usize> {
     shape
 }
 
-fn constant(name: &str, raw: &RawConstant, listed: Option<&TensorType>) -> Result<(TensorType, ConstData), IrError> {
-    let bad = |message: String| IrError::BadConstant { name: name.to_string(), message };
-    let dtype = DType::parse(&raw.dtype).ok_or_else(|| bad(format!("unknown dtype '{}'", raw.dtype)))?;
+fn constant(
+    name: &str,
+    raw: &RawConstant,
+    listed: Option<&TensorType>,
+) -> Result<(TensorType, ConstData), IrError> {
+    let bad = |message: String| IrError::BadConstant {
+        name: name.to_string(),
+        message,
+    };
+    let dtype =
+        DType::parse(&raw.dtype).ok_or_else(|| bad(format!("unknown dtype '{}'", raw.dtype)))?;
     let mut flat = Vec::new();
     flatten_json(&raw.data, &mut flat);
-    let shape = listed.map(|t| t.shape.clone()).unwrap_or_else(|| json_shape(&raw.data));
+    let shape = listed
+        .map(|t| t.shape.clone())
+        .unwrap_or_else(|| json_shape(&raw.data));
     let ty = TensorType { shape, dtype };
     if ty.numel() != flat.len() {
-        return Err(bad(format!("{} values for shape {:?}", flat.len(), ty.shape)));
+        return Err(bad(format!(
+            "{} values for shape {:?}",
+            flat.len(),
+            ty.shape
+        )));
     }
     let data = if dtype.is_float() {
-        ConstData::Float(flat.iter().map(|x| json_f64(x).ok_or_else(|| bad(format!("not a number: {x}")))).collect::<Result<_, _>>()?)
+        ConstData::Float(
+            flat.iter()
+                .map(|x| json_f64(x).ok_or_else(|| bad(format!("not a number: {x}"))))
+                .collect::<Result<_, _>>()?,
+        )
     } else {
         ConstData::Int(
             flat.iter()
@@ -271,7 +289,10 @@ impl Graph<Op> {
         for w in &raw.weights {
             let ty = tensor_type(w)?;
             weight_types.insert(&w.name, ty.clone());
-            g.weights.push(WeightInfo { key: w.name.clone(), ty });
+            g.weights.push(WeightInfo {
+                key: w.name.clone(),
+                ty,
+            });
         }
         // Weight and constant values are created on first use, one per state-dict key,
         // so tied weights (two placeholders, one key) share a value.
@@ -291,30 +312,52 @@ impl Graph<Op> {
                     let idx = t.producer_output_idx.unwrap_or(0);
                     if let Some(outs) = node_outputs.get(p) {
                         *outs.get(idx).ok_or_else(|| {
-                            unresolved(format!("output {idx} of node '{p}', which has {} outputs", outs.len()))
+                            unresolved(format!(
+                                "output {idx} of node '{p}', which has {} outputs",
+                                outs.len()
+                            ))
                         })?
-                    } else if let Some(&id) = by_name.get(p).filter(|id| matches!(g.value(**id).kind, ValueKind::Input { .. })) {
+                    } else if let Some(&id) = by_name
+                        .get(p)
+                        .filter(|id| matches!(g.value(**id).kind, ValueKind::Input { .. }))
+                    {
                         id
                     } else {
-                        return Err(unresolved(format!("producer '{p}', which is neither a graph input nor an earlier node")));
+                        return Err(unresolved(format!(
+                            "producer '{p}', which is neither a graph input nor an earlier node"
+                        )));
                     }
                 } else {
-                    let key = raw.weight_name_mapping.get(&t.name).cloned().unwrap_or_else(|| t.name.clone());
+                    let key = raw
+                        .weight_name_mapping
+                        .get(&t.name)
+                        .cloned()
+                        .unwrap_or_else(|| t.name.clone());
                     if let Some(&id) = by_key.get(&key) {
                         id
-                    } else if let Some(c) = raw.constants.get(&key).or_else(|| raw.constants.get(&t.name)) {
+                    } else if let Some(c) = raw
+                        .constants
+                        .get(&key)
+                        .or_else(|| raw.constants.get(&t.name))
+                    {
                         let (ty, data) = constant(&key, c, weight_types.get(key.as_str()))?;
                         let id = g.add_value(key.clone(), ty, ValueKind::Constant(data));
                         by_key.insert(key, id);
                         id
                     } else if let Some(ty) = weight_types.get(key.as_str()) {
-                        let id = g.add_value(key.clone(), ty.clone(), ValueKind::Weight { key: key.clone() });
+                        let id = g.add_value(
+                            key.clone(),
+                            ty.clone(),
+                            ValueKind::Weight { key: key.clone() },
+                        );
                         by_key.insert(key, id);
                         id
                     } else if let Some(&id) = by_name.get(&t.name) {
                         id
                     } else {
-                        return Err(unresolved("no graph input, weight, constant or node output of that name".into()));
+                        return Err(unresolved(
+                            "no graph input, weight, constant or node output of that name".into(),
+                        ));
                     }
                 };
                 let declared = tensor_type(t)?;
@@ -336,18 +379,35 @@ impl Graph<Op> {
             }
             let mut outputs = Vec::with_capacity(rn.outputs.len());
             for (index, t) in rn.outputs.iter().enumerate() {
-                let id = g.add_value(t.name.clone(), tensor_type(t)?, ValueKind::NodeOutput { node: node_id, index });
+                let id = g.add_value(
+                    t.name.clone(),
+                    tensor_type(t)?,
+                    ValueKind::NodeOutput {
+                        node: node_id,
+                        index,
+                    },
+                );
                 if by_name.insert(t.name.clone(), id).is_some() {
                     return Err(IrError::DuplicateName(t.name.clone()));
                 }
                 outputs.push(id);
             }
-            if node_outputs.insert(rn.name.clone(), outputs.clone()).is_some() {
+            if node_outputs
+                .insert(rn.name.clone(), outputs.clone())
+                .is_some()
+            {
                 return Err(IrError::DuplicateName(rn.name.clone()));
             }
             let in_rank = inputs.first().map_or(0, |v| g.ty(*v).rank());
             let (op, inplace) = Op::parse(&rn.name, &rn.op_type, &rn.attrs, inputs.len(), in_rank)?;
-            g.nodes.push(Node { name: rn.name.clone(), op_type: rn.op_type.clone(), op, inplace, inputs, outputs });
+            g.nodes.push(Node {
+                name: rn.name.clone(),
+                op_type: rn.op_type.clone(),
+                op,
+                inplace,
+                inputs,
+                outputs,
+            });
         }
         for t in &raw.graph_outputs {
             let id = by_name

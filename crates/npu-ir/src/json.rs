@@ -61,7 +61,12 @@ pub fn parse_raw(text: &str) -> Result<RawIr, IrError> {
     serde_json::from_str(&text).map_err(|e| IrError::Json {
         line: e.line(),
         column: e.column(),
-        message: e.to_string().split(" at line").next().unwrap_or("").to_string(),
+        message: e
+            .to_string()
+            .split(" at line")
+            .next()
+            .unwrap_or("")
+            .to_string(),
     })
 }
 
@@ -138,8 +143,13 @@ mod tests {
 
     #[test]
     fn missing_field_is_named() {
-        let err = parse_raw(r#"{"graph_inputs": [], "graph_outputs": [], "weights": [], "nodes": []}"#)
-            .unwrap_err();
-        assert!(err.to_string().contains("missing field `weight_name_mapping`"), "{err}");
+        let err =
+            parse_raw(r#"{"graph_inputs": [], "graph_outputs": [], "weights": [], "nodes": []}"#)
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("missing field `weight_name_mapping`"),
+            "{err}"
+        );
     }
 }

@@ -88,46 +88,121 @@ pub struct Pool2d {
 pub enum Op {
     Unary(UnaryOp),
     /// `a op (alpha * b)`, both tensors; alpha is 1 except for add/sub.
-    Binary { op: BinaryOp, alpha: f64 },
+    Binary {
+        op: BinaryOp,
+        alpha: f64,
+    },
     /// One tensor and a Python scalar: `x op s`, or `s op x` when `scalar_lhs`.
-    BinaryScalar { op: BinaryOp, scalar: f64, scalar_lhs: bool },
-    Clamp { min: Option<f64>, max: Option<f64> },
-    Conv2d { stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize },
-    BatchNorm { eps: f64, training: bool },
-    LayerNorm { normalized_shape: Vec<usize>, eps: f64 },
+    BinaryScalar {
+        op: BinaryOp,
+        scalar: f64,
+        scalar_lhs: bool,
+    },
+    Clamp {
+        min: Option<f64>,
+        max: Option<f64>,
+    },
+    Conv2d {
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+    },
+    BatchNorm {
+        eps: f64,
+        training: bool,
+    },
+    LayerNorm {
+        normalized_shape: Vec<usize>,
+        eps: f64,
+    },
     MaxPool2d(Pool2d),
-    AvgPool2d { pool: Pool2d, count_include_pad: bool, divisor_override: Option<i64> },
-    AdaptiveAvgPool2d { output_size: [usize; 2] },
+    AvgPool2d {
+        pool: Pool2d,
+        count_include_pad: bool,
+        divisor_override: Option<i64>,
+    },
+    AdaptiveAvgPool2d {
+        output_size: [usize; 2],
+    },
     Linear,
     /// `torch.matmul` semantics (also mm/bmm): batch dims broadcast, 1-D operands promoted.
     Matmul,
-    Addmm { beta: f64, alpha: f64 },
+    Addmm {
+        beta: f64,
+        alpha: f64,
+    },
     Embedding,
-    Softmax { dim: i64, dtype: Option<DType> },
-    Mean { dims: Vec<i64>, keepdim: bool },
-    Sum { dims: Vec<i64>, keepdim: bool },
+    Softmax {
+        dim: i64,
+        dtype: Option<DType>,
+    },
+    Mean {
+        dims: Vec<i64>,
+        keepdim: bool,
+    },
+    Sum {
+        dims: Vec<i64>,
+        keepdim: bool,
+    },
     /// view/reshape/flatten/unsqueeze/squeeze: the result shape is the output's.
     Reshape,
-    Transpose { dim0: i64, dim1: i64 },
-    Permute { dims: Vec<i64> },
-    Expand { size: Vec<i64> },
-    Slice { dim: i64, start: i64, end: i64, step: i64 },
-    Cat { dim: i64 },
-    Chunk { chunks: usize, dim: i64 },
-    Split { split_size: usize, dim: i64 },
-    IndexCopy { dim: i64 },
+    Transpose {
+        dim0: i64,
+        dim1: i64,
+    },
+    Permute {
+        dims: Vec<i64>,
+    },
+    Expand {
+        size: Vec<i64>,
+    },
+    Slice {
+        dim: i64,
+        start: i64,
+        end: i64,
+        step: i64,
+    },
+    Cat {
+        dim: i64,
+    },
+    Chunk {
+        chunks: usize,
+        dim: i64,
+    },
+    Split {
+        split_size: usize,
+        dim: i64,
+    },
+    IndexCopy {
+        dim: i64,
+    },
     /// Dtype conversion (`to.dtype`, `to.dtype_layout`, `_to_copy`); the target dtype is the output's.
     Cast,
     /// Value-preserving ops: alias, clone, contiguous, detach, lift_fresh_copy.
     Identity,
-    Dropout { p: f64, train: bool },
-    GetItem { index: usize },
+    Dropout {
+        p: f64,
+        train: bool,
+    },
+    GetItem {
+        index: usize,
+    },
     /// `_assert_tensor_metadata`: a pure check with no output.
     AssertMetadata,
-    Full { value: f64 },
-    Sdpa { is_causal: bool, scale: Option<f64>, enable_gqa: bool },
+    Full {
+        value: f64,
+    },
+    Sdpa {
+        is_causal: bool,
+        scale: Option<f64>,
+        enable_gqa: bool,
+    },
     /// Any op this crate does not type, kept by name for the partitioner.
-    Unknown { op_type: String, attrs: Map<String, Json> },
+    Unknown {
+        op_type: String,
+        attrs: Map<String, Json>,
+    },
 }
 
 /// Splits `aten.add_.Tensor` into (`add`, `Tensor`, in_place = true).
@@ -143,7 +218,10 @@ pub(crate) fn split_op_type(op_type: &str) -> Option<(&str, &str, bool)> {
 fn usize_pair(a: &Attrs, key: &str, v: Vec<i64>) -> Result<[usize; 2], IrError> {
     match v.as_slice() {
         [x, y] if *x >= 0 && *y >= 0 => Ok([*x as usize, *y as usize]),
-        _ => Err(a.err(key, format!("expected two non-negative integers, got {v:?}"))),
+        _ => Err(a.err(
+            key,
+            format!("expected two non-negative integers, got {v:?}"),
+        )),
     }
 }
 
@@ -175,29 +253,54 @@ impl Op {
         n_inputs: usize,
         in_rank: usize,
     ) -> Result<(Op, bool), IrError> {
-        let a = Attrs { node, op_type, map: attrs };
-        let unknown = || Op::Unknown { op_type: op_type.to_string(), attrs: attrs.clone() };
+        let a = Attrs {
+            node,
+            op_type,
+            map: attrs,
+        };
+        let unknown = || Op::Unknown {
+            op_type: op_type.to_string(),
+            attrs: attrs.clone(),
+        };
         if op_type == "<built-in function getitem>" {
             let index = a.i64_or("index", -1)?;
             if index < 0 {
                 return Err(a.err("index", "getitem needs a non-negative index"));
             }
-            return Ok((Op::GetItem { index: index as usize }, false));
+            return Ok((
+                Op::GetItem {
+                    index: index as usize,
+                },
+                false,
+            ));
         }
         let Some((name, overload, inplace)) = split_op_type(op_type) else {
             return Ok((unknown(), false));
         };
         let binary = |op: BinaryOp, alpha_attr: bool| -> Result<Op, IrError> {
-            let alpha = if alpha_attr { a.f64_or("alpha", 1.0)? } else { 1.0 };
+            let alpha = if alpha_attr {
+                a.f64_or("alpha", 1.0)?
+            } else {
+                1.0
+            };
             if n_inputs >= 2 {
                 return Ok(Op::Binary { op, alpha });
             }
             let key = if a.has("other") { "other" } else { "exponent" };
             let scalar = a
                 .scalar(key)?
-                .ok_or_else(|| a.err("other", "binary op with one tensor input needs a scalar `other`"))?
+                .ok_or_else(|| {
+                    a.err(
+                        "other",
+                        "binary op with one tensor input needs a scalar `other`",
+                    )
+                })?
                 .as_f64();
-            Ok(Op::BinaryScalar { op, scalar: scalar * alpha, scalar_lhs: false })
+            Ok(Op::BinaryScalar {
+                op,
+                scalar: scalar * alpha,
+                scalar_lhs: false,
+            })
         };
         let op = match (name, overload) {
             ("relu", _) => Op::Unary(UnaryOp::Relu),
@@ -205,7 +308,9 @@ impl Op {
             ("gelu", _) => match a.string("approximate")?.as_deref() {
                 None | Some("none") => Op::Unary(UnaryOp::Gelu),
                 Some("tanh") => Op::Unary(UnaryOp::GeluTanh),
-                Some(o) => return Err(a.err("approximate", format!("unknown gelu approximation '{o}'"))),
+                Some(o) => {
+                    return Err(a.err("approximate", format!("unknown gelu approximation '{o}'")))
+                }
             },
             ("neg", _) => Op::Unary(UnaryOp::Neg),
             ("rsqrt", _) => Op::Unary(UnaryOp::Rsqrt),
@@ -226,16 +331,31 @@ impl Op {
             ("maximum", _) => binary(BinaryOp::Max, false)?,
             ("minimum", _) => binary(BinaryOp::Min, false)?,
             ("rsub", "Scalar") => {
-                let s = a.scalar("other")?.ok_or_else(|| a.err("other", "missing"))?.as_f64();
+                let s = a
+                    .scalar("other")?
+                    .ok_or_else(|| a.err("other", "missing"))?
+                    .as_f64();
                 let alpha = a.f64_or("alpha", 1.0)?;
                 if alpha != 1.0 {
                     return Ok((unknown(), inplace));
                 }
-                Op::BinaryScalar { op: BinaryOp::Sub, scalar: s, scalar_lhs: true }
+                Op::BinaryScalar {
+                    op: BinaryOp::Sub,
+                    scalar: s,
+                    scalar_lhs: true,
+                }
             }
             ("clamp", "default") | ("hardtanh", "default") => {
-                let (lo, hi) = if name == "clamp" { ("min", "max") } else { ("min_val", "max_val") };
-                let defaults = if name == "clamp" { (None, None) } else { (Some(-1.0), Some(1.0)) };
+                let (lo, hi) = if name == "clamp" {
+                    ("min", "max")
+                } else {
+                    ("min_val", "max_val")
+                };
+                let defaults = if name == "clamp" {
+                    (None, None)
+                } else {
+                    (Some(-1.0), Some(1.0))
+                };
                 Op::Clamp {
                     min: a.scalar(lo)?.map(Scalar::as_f64).or(defaults.0),
                     max: a.scalar(hi)?.map(Scalar::as_f64).or(defaults.1),
@@ -261,7 +381,11 @@ impl Op {
                 training: a.bool_or("training", false)?,
             },
             ("layer_norm", "default") => Op::LayerNorm {
-                normalized_shape: a.ints("normalized_shape")?.into_iter().map(|d| d.max(0) as usize).collect(),
+                normalized_shape: a
+                    .ints("normalized_shape")?
+                    .into_iter()
+                    .map(|d| d.max(0) as usize)
+                    .collect(),
                 eps: a.f64_or("eps", 1e-5)?,
             },
             ("max_pool2d", "default") => Op::MaxPool2d(pool2d(&a, true)?),
@@ -275,7 +399,10 @@ impl Op {
             },
             ("linear", "default") => Op::Linear,
             ("matmul" | "mm" | "bmm", "default") => Op::Matmul,
-            ("addmm", "default") => Op::Addmm { beta: a.f64_or("beta", 1.0)?, alpha: a.f64_or("alpha", 1.0)? },
+            ("addmm", "default") => Op::Addmm {
+                beta: a.f64_or("beta", 1.0)?,
+                alpha: a.f64_or("alpha", 1.0)?,
+            },
             ("t", "default") => match in_rank {
                 0 | 1 => Op::Identity,
                 _ => Op::Transpose { dim0: 0, dim1: 1 },
@@ -285,40 +412,77 @@ impl Op {
                 dim: a.i64_or("dim", -1)?,
                 dtype: a.dtype("dtype")?,
             },
-            ("mean", "dim") => Op::Mean { dims: a.ints_or("dim", 1, &[])?, keepdim: a.bool_or("keepdim", false)? },
-            ("sum", "dim_IntList") => Op::Sum { dims: a.ints_or("dim", 1, &[])?, keepdim: a.bool_or("keepdim", false)? },
-            ("view" | "reshape" | "_unsafe_view", _) | ("unsqueeze" | "squeeze", _) | ("flatten", "using_ints") => Op::Reshape,
-            ("transpose", "int") => Op::Transpose { dim0: a.i64_or("dim0", 0)?, dim1: a.i64_or("dim1", 1)? },
-            ("permute", "default") => Op::Permute { dims: a.ints("dims")? },
-            ("expand", "default") => Op::Expand { size: a.ints("size")? },
+            ("mean", "dim") => Op::Mean {
+                dims: a.ints_or("dim", 1, &[])?,
+                keepdim: a.bool_or("keepdim", false)?,
+            },
+            ("sum", "dim_IntList") => Op::Sum {
+                dims: a.ints_or("dim", 1, &[])?,
+                keepdim: a.bool_or("keepdim", false)?,
+            },
+            ("view" | "reshape" | "_unsafe_view", _)
+            | ("unsqueeze" | "squeeze", _)
+            | ("flatten", "using_ints") => Op::Reshape,
+            ("transpose", "int") => Op::Transpose {
+                dim0: a.i64_or("dim0", 0)?,
+                dim1: a.i64_or("dim1", 1)?,
+            },
+            ("permute", "default") => Op::Permute {
+                dims: a.ints("dims")?,
+            },
+            ("expand", "default") => Op::Expand {
+                size: a.ints("size")?,
+            },
             ("slice", "Tensor") => {
                 let step = a.i64_or("step", 1)?;
                 if step < 1 {
                     return Err(a.err("step", format!("slice step must be positive, got {step}")));
                 }
-                Op::Slice { dim: a.i64_or("dim", 0)?, start: a.i64_or("start", 0)?, end: a.i64_or("end", i64::MAX)?, step }
+                Op::Slice {
+                    dim: a.i64_or("dim", 0)?,
+                    start: a.i64_or("start", 0)?,
+                    end: a.i64_or("end", i64::MAX)?,
+                    step,
+                }
             }
-            ("cat" | "concat", "default") => Op::Cat { dim: a.i64_or("dim", 0)? },
+            ("cat" | "concat", "default") => Op::Cat {
+                dim: a.i64_or("dim", 0)?,
+            },
             ("chunk", "default") => {
                 let chunks = a.i64_or("chunks", 0)?;
                 if chunks < 1 {
                     return Err(a.err("chunks", "must be at least 1"));
                 }
-                Op::Chunk { chunks: chunks as usize, dim: a.i64_or("dim", 0)? }
+                Op::Chunk {
+                    chunks: chunks as usize,
+                    dim: a.i64_or("dim", 0)?,
+                }
             }
             ("split", "Tensor") => {
                 let s = a.i64_or("split_size", 0)?;
                 if s < 1 {
                     return Err(a.err("split_size", "must be at least 1"));
                 }
-                Op::Split { split_size: s as usize, dim: a.i64_or("dim", 0)? }
+                Op::Split {
+                    split_size: s as usize,
+                    dim: a.i64_or("dim", 0)?,
+                }
             }
-            ("index_copy", "default") => Op::IndexCopy { dim: a.i64_or("dim", 0)? },
-            ("to", "dtype" | "dtype_layout" | "other" | "device") | ("_to_copy", "default") | ("type_as", "default") => Op::Cast,
+            ("index_copy", "default") => Op::IndexCopy {
+                dim: a.i64_or("dim", 0)?,
+            },
+            ("to", "dtype" | "dtype_layout" | "other" | "device")
+            | ("_to_copy", "default")
+            | ("type_as", "default") => Op::Cast,
             ("alias" | "clone" | "contiguous" | "detach" | "lift_fresh_copy", _) => Op::Identity,
-            ("dropout", "default") => Op::Dropout { p: a.f64_or("p", 0.5)?, train: a.bool_or("train", true)? },
+            ("dropout", "default") => Op::Dropout {
+                p: a.f64_or("p", 0.5)?,
+                train: a.bool_or("train", true)?,
+            },
             ("_assert_tensor_metadata", _) => Op::AssertMetadata,
-            ("full", "default") => Op::Full { value: a.f64_or("fill_value", 0.0)? },
+            ("full", "default") => Op::Full {
+                value: a.f64_or("fill_value", 0.0)?,
+            },
             ("zeros", "default") => Op::Full { value: 0.0 },
             ("ones", "default") => Op::Full { value: 1.0 },
             ("scaled_dot_product_attention", "default") => Op::Sdpa {
@@ -340,7 +504,10 @@ impl Op {
             Op::Unknown { op_type, .. } => op_type.clone(),
             other => {
                 let dbg = format!("{other:?}");
-                let head = dbg.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("");
+                let head = dbg
+                    .split(|c: char| !c.is_alphanumeric())
+                    .next()
+                    .unwrap_or("");
                 to_snake(head)
             }
         }
@@ -359,7 +526,11 @@ fn to_snake(s: &str) -> String {
 }
 
 fn bad(node: &str, op_type: &str, message: String) -> IrError {
-    IrError::BadNode { node: node.to_string(), op_type: op_type.to_string(), message }
+    IrError::BadNode {
+        node: node.to_string(),
+        op_type: op_type.to_string(),
+        message,
+    }
 }
 
 #[cfg(test)]
@@ -373,16 +544,36 @@ mod tests {
 
     #[test]
     fn inplace_ops_are_flagged() {
-        assert_eq!(split_op_type("aten.add_.Tensor"), Some(("add", "Tensor", true)));
-        assert_eq!(split_op_type("aten._assert_tensor_metadata.default"), Some(("_assert_tensor_metadata", "default", false)));
-        assert_eq!(parse("aten.relu_.default", "{}", 1).unwrap(), (Op::Unary(UnaryOp::Relu), true));
-        assert_eq!(parse("aten.index_copy_.default", r#"{"dim": 2}"#, 3).unwrap(), (Op::IndexCopy { dim: 2 }, true));
+        assert_eq!(
+            split_op_type("aten.add_.Tensor"),
+            Some(("add", "Tensor", true))
+        );
+        assert_eq!(
+            split_op_type("aten._assert_tensor_metadata.default"),
+            Some(("_assert_tensor_metadata", "default", false))
+        );
+        assert_eq!(
+            parse("aten.relu_.default", "{}", 1).unwrap(),
+            (Op::Unary(UnaryOp::Relu), true)
+        );
+        assert_eq!(
+            parse("aten.index_copy_.default", r#"{"dim": 2}"#, 3).unwrap(),
+            (Op::IndexCopy { dim: 2 }, true)
+        );
     }
 
     #[test]
     fn conv_defaults_are_filled() {
         let (op, _) = parse("aten.conv2d.default", r#"{"stride": [2, 2]}"#, 2).unwrap();
-        assert_eq!(op, Op::Conv2d { stride: [2, 2], padding: [0, 0], dilation: [1, 1], groups: 1 });
+        assert_eq!(
+            op,
+            Op::Conv2d {
+                stride: [2, 2],
+                padding: [0, 0],
+                dilation: [1, 1],
+                groups: 1
+            }
+        );
     }
 
     #[test]
@@ -397,25 +588,78 @@ mod tests {
     #[test]
     fn scalar_in_tensor_slot_becomes_binary_scalar() {
         let (op, _) = parse("aten.mul.Tensor", r#"{"other": 0.5}"#, 1).unwrap();
-        assert_eq!(op, Op::BinaryScalar { op: BinaryOp::Mul, scalar: 0.5, scalar_lhs: false });
+        assert_eq!(
+            op,
+            Op::BinaryScalar {
+                op: BinaryOp::Mul,
+                scalar: 0.5,
+                scalar_lhs: false
+            }
+        );
         let (op, _) = parse("aten.div.Tensor", r#"{"other": 4}"#, 1).unwrap();
-        assert_eq!(op, Op::BinaryScalar { op: BinaryOp::Div, scalar: 4.0, scalar_lhs: false });
+        assert_eq!(
+            op,
+            Op::BinaryScalar {
+                op: BinaryOp::Div,
+                scalar: 4.0,
+                scalar_lhs: false
+            }
+        );
         let (op, _) = parse("aten.pow.Tensor_Scalar", r#"{"exponent": 2}"#, 1).unwrap();
-        assert_eq!(op, Op::BinaryScalar { op: BinaryOp::Pow, scalar: 2.0, scalar_lhs: false });
+        assert_eq!(
+            op,
+            Op::BinaryScalar {
+                op: BinaryOp::Pow,
+                scalar: 2.0,
+                scalar_lhs: false
+            }
+        );
     }
 
     #[test]
     fn slice_open_end_is_int64_max() {
-        let (op, _) = parse("aten.slice.Tensor", r#"{"dim": 3, "start": 64, "end": 9223372036854775807}"#, 1).unwrap();
-        assert_eq!(op, Op::Slice { dim: 3, start: 64, end: i64::MAX, step: 1 });
+        let (op, _) = parse(
+            "aten.slice.Tensor",
+            r#"{"dim": 3, "start": 64, "end": 9223372036854775807}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            op,
+            Op::Slice {
+                dim: 3,
+                start: 64,
+                end: i64::MAX,
+                step: 1
+            }
+        );
     }
 
     #[test]
     fn stringified_dtype_attr() {
-        let (op, _) = parse("aten.softmax.int", r#"{"dim": -1, "dtype": "torch.float32"}"#, 1).unwrap();
-        assert_eq!(op, Op::Softmax { dim: -1, dtype: Some(DType::F32) });
-        let err = parse("aten.softmax.int", r#"{"dim": -1, "dtype": "torch.float8"}"#, 1).unwrap_err();
-        assert!(err.to_string().contains("unknown dtype 'torch.float8'"), "{err}");
+        let (op, _) = parse(
+            "aten.softmax.int",
+            r#"{"dim": -1, "dtype": "torch.float32"}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            op,
+            Op::Softmax {
+                dim: -1,
+                dtype: Some(DType::F32)
+            }
+        );
+        let err = parse(
+            "aten.softmax.int",
+            r#"{"dim": -1, "dtype": "torch.float8"}"#,
+            1,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("unknown dtype 'torch.float8'"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -428,7 +672,13 @@ mod tests {
 
     #[test]
     fn names_are_snake_case() {
-        assert_eq!(Op::AdaptiveAvgPool2d { output_size: [1, 1] }.name(), "adaptive_avg_pool2d");
+        assert_eq!(
+            Op::AdaptiveAvgPool2d {
+                output_size: [1, 1]
+            }
+            .name(),
+            "adaptive_avg_pool2d"
+        );
         assert_eq!(Op::IndexCopy { dim: 0 }.name(), "index_copy");
     }
 }

@@ -1,0 +1,170 @@
+//! `npu`: compile torch_ir graphs for an NPU target, inspect programs, check constraints.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use npu_compiler::{describe, npubin, target, CompileOptions};
+use npu_ir::DType;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "npu",
+    version,
+    about = "NPU compiler and runtime for PyTorch (torch_ir) graphs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DTypeArg {
+    F16,
+    Bf16,
+    F32,
+}
+
+impl From<DTypeArg> for DType {
+    fn from(d: DTypeArg) -> DType {
+        match d {
+            DTypeArg::F16 => DType::F16,
+            DTypeArg::Bf16 => DType::BF16,
+            DTypeArg::F32 => DType::F32,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Compile an IR JSON file into an .npubin program.
+    Compile {
+        model: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Target to compile for (npu, cpu).
+        #[arg(long, default_value = "npu")]
+        target: String,
+        /// Compute dtype (default: the model's; f16 for f32 models on the NPU target).
+        #[arg(long, value_enum)]
+        dtype: Option<DTypeArg>,
+        /// Print what the passes did.
+        #[arg(long, short)]
+        verbose: bool,
+    },
+    /// Print a human-readable dump of an .npubin program.
+    Describe {
+        program: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Report every constraint the target would reject (exit code 1 if any).
+    Check {
+        model: PathBuf,
+        #[arg(long, default_value = "npu")]
+        target: String,
+    },
+}
+
+fn find_target(name: &str) -> Result<&'static npu_compiler::Target> {
+    target::Target::by_name(name)
+        .with_context(|| format!("unknown target '{name}' (known: npu, cpu)"))
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Compile {
+            model,
+            output,
+            target,
+            dtype,
+            verbose,
+        } => {
+            let target = find_target(&target)?;
+            let start = std::time::Instant::now();
+            let graph = npu_ir::load(&model)?;
+            let opts = CompileOptions {
+                target,
+                dtype: dtype.map(Into::into),
+            };
+            let (program, report) = npu_compiler::compile(graph, &opts)
+                .with_context(|| format!("cannot compile {}", model.display()))?;
+            npubin::save(&program, &output)?;
+            let elapsed = start.elapsed();
+            println!(
+                "compiled {} -> {} ({} IR nodes -> {} steps, arena {:.2} MiB, compute {}, target {}) in {:.0} ms",
+                model.display(),
+                output.display(),
+                report.ir_nodes,
+                program.steps.len(),
+                program.arena_bytes as f64 / 1048576.0,
+                program.compute_dtype,
+                program.target,
+                elapsed.as_secs_f64() * 1e3
+            );
+            if verbose {
+                println!("canonicalize: {:?}", report.canonical);
+                println!("batch norm: {:?}", report.bn);
+                println!("fusions: {:?}", report.fusions);
+                println!("padded values: {}", report.padded_values);
+                for (stage, t) in &report.timings {
+                    println!("  {stage:<20} {:>8.2} ms", t.as_secs_f64() * 1e3);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Describe { program, json } => {
+            let p = npubin::load(&program)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&describe::describe_json(&p))?
+                );
+            } else {
+                print!("{}", describe::describe_text(&p));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Check { model, target } => {
+            let target = find_target(&target)?;
+            let graph = npu_ir::load(&model)?;
+            let nodes = graph.nodes.len();
+            let violations = npu_compiler::check(graph, target)?;
+            if violations.is_empty() {
+                println!(
+                    "{}: all {nodes} nodes fit target '{}'",
+                    model.display(),
+                    target.name
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{}: {} violation(s) for target '{}':",
+                model.display(),
+                violations.len(),
+                target.name
+            );
+            for v in &violations {
+                println!("  - {v}");
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            if chain.len() > 1 {
+                eprintln!("error: {}", chain.join(": "));
+            } else {
+                eprintln!("error: {e}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,52 @@
+use npu_ir::IrError;
+
+/// One reason a graph cannot be compiled for a target, naming its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub node: String,
+    pub op_type: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "node '{}' ({}): {}",
+            self.node, self.op_type, self.message
+        )
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    #[error("unknown target '{0}' (known: npu, cpu)")]
+    UnknownTarget(String),
+    #[error("target '{target}' cannot compute in {dtype}")]
+    UnsupportedDType { target: String, dtype: String },
+    #[error("{} constraint violation(s) for target '{target}':\n{}", violations.len(), violations.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n"))]
+    Constraints {
+        target: String,
+        violations: Vec<Violation>,
+    },
+    #[error("node '{node}' ({op_type}): {message}")]
+    Node {
+        node: String,
+        op_type: String,
+        message: String,
+    },
+    #[error("internal error: the lowered program is inconsistent: {0}")]
+    Internal(String),
+}
+
+impl CompileError {
+    pub fn node(node: &crate::graph::CNode, message: impl Into<String>) -> CompileError {
+        CompileError::Node {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Generic elementwise fusion: a producer joins its consumer's expression when its result is
+//! read only by that consumer and has the consumer's shape (so one index addresses both).
+//! Operands from outside the group may have any broadcastable shape: lowering binds them with
+//! broadcast strides. Every remaining elementwise node becomes a one-op expression.
+
+use crate::expr::{Expr, Instr};
+use crate::graph::{remove_nodes, CGraph, FusedOp, Module, Op, Uses};
+use npu_ir::{BinaryOp, Op as IrOp, UnaryOp, ValueId};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+fn is_elementwise(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Ir(
+            IrOp::Unary(_)
+                | IrOp::Binary { .. }
+                | IrOp::BinaryScalar { .. }
+                | IrOp::Clamp { .. }
+                | IrOp::Cast
+        ) | Op::Fused(FusedOp::Elementwise(_))
+    )
+}
+
+struct Builder<'a> {
+    g: &'a CGraph,
+    uses: &'a Uses,
+    members: &'a HashSet<usize>,
+    ext: Vec<ValueId>,
+    code: Vec<Instr>,
+}
+
+impl Builder<'_> {
+    fn operand(&mut self, v: ValueId) {
+        if let Some((p, _)) = self.uses.producer[v.idx()] {
+            if self.members.contains(&p) {
+                self.emit(p);
+                return;
+            }
+        }
+        let k = match self.ext.iter().position(|e| *e == v) {
+            Some(k) => k,
+            None => {
+                self.ext.push(v);
+                self.ext.len() - 1
+            }
+        };
+        self.code.push(Instr::Load(k as u16));
+    }
+
+    fn emit(&mut self, n: usize) {
+        let node = &self.g.nodes[n];
+        let ins = &node.inputs;
+        match &node.op {
+            Op::Ir(IrOp::Unary(u)) => {
+                self.operand(ins[0]);
+                self.code.push(Instr::Unary(*u));
+            }
+            Op::Ir(IrOp::Binary { op, alpha }) => {
+                self.operand(ins[0]);
+                self.operand(ins[1]);
+                if *alpha != 1.0 {
+                    self.code
+                        .extend([Instr::Const(*alpha as f32), Instr::Binary(BinaryOp::Mul)]);
+                }
+                self.code.push(Instr::Binary(*op));
+            }
+            Op::Ir(IrOp::BinaryScalar {
+                op,
+                scalar,
+                scalar_lhs,
+            }) => {
+                if *scalar_lhs {
+                    self.code.push(Instr::Const(*scalar as f32));
+                    self.operand(ins[0]);
+                } else {
+                    self.operand(ins[0]);
+                    self.code.push(Instr::Const(*scalar as f32));
+                }
+                self.code.push(Instr::Binary(*op));
+            }
+            Op::Ir(IrOp::Clamp { min, max }) => {
+                self.operand(ins[0]);
+                self.code.push(Instr::Clamp {
+                    min: min.map(|x| x as f32),
+                    max: max.map(|x| x as f32),
+                });
+            }
+            Op::Ir(IrOp::Cast) => {
+                self.operand(ins[0]);
+                self.code
+                    .push(Instr::Cast(self.g.ty(node.outputs[0]).dtype));
+            }
+            Op::Fused(FusedOp::Elementwise(e)) => {
+                for i in &e.code {
+                    match i {
+                        Instr::Load(k) => self.operand(ins[*k as usize]),
+                        other => self.code.push(other.clone()),
+                    }
+                }
+            }
+            _ => unreachable!("only elementwise nodes are grouped"),
+        }
+    }
+}
+
+/// Returns counts: `elementwise` (kernels), `elementwise_chains` (kernels from 2+ ops),
+/// `silu_mul` and `add_relu` (chains containing those pairs).
+pub fn fuse_elementwise(m: &mut Module) -> BTreeMap<String, usize> {
+    let g = &m.graph;
+    let uses = Uses::of(g);
+    let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (n, node) in g.nodes.iter().enumerate() {
+        if !is_elementwise(&node.op) || node.outputs.len() != 1 {
+            continue;
+        }
+        let out_shape = &g.ty(node.outputs[0]).shape;
+        let mut group = vec![n];
+        let mut seen = HashSet::new();
+        for &v in &node.inputs {
+            let Some((p, _)) = uses.producer[v.idx()] else {
+                continue;
+            };
+            if !seen.insert(p) || !uses.single_use(v) || &g.ty(v).shape != out_shape {
+                continue;
+            }
+            if let Some(sub) = members.remove(&p) {
+                group.extend(sub);
+            }
+        }
+        members.insert(n, group);
+    }
+    let mut stats = BTreeMap::from([
+        ("elementwise".to_string(), 0),
+        ("elementwise_chains".to_string(), 0),
+        ("silu_mul".to_string(), 0),
+        ("add_relu".to_string(), 0),
+    ]);
+    let mut rewrites = Vec::new();
+    let mut dead = Vec::new();
+    for (root, group) in members {
+        let set: HashSet<usize> = group.iter().copied().collect();
+        let mut b = Builder {
+            g,
+            uses: &uses,
+            members: &set,
+            ext: Vec::new(),
+            code: Vec::new(),
+        };
+        b.emit(root);
+        let has = |pred: &dyn Fn(&Op) -> bool| group.iter().any(|&i| pred(&g.nodes[i].op));
+        let unary = |u: UnaryOp| move |op: &Op| matches!(op, Op::Ir(IrOp::Unary(x)) if *x == u);
+        let bin = |o: BinaryOp| move |op: &Op| matches!(op, Op::Ir(IrOp::Binary { op: x, .. }) if *x == o);
+        *stats.get_mut("elementwise").unwrap() += 1;
+        if group.len() > 1 {
+            *stats.get_mut("elementwise_chains").unwrap() += 1;
+            if has(&unary(UnaryOp::Silu)) && has(&bin(BinaryOp::Mul)) {
+                *stats.get_mut("silu_mul").unwrap() += 1;
+            }
+            if has(&unary(UnaryOp::Relu)) && has(&bin(BinaryOp::Add)) {
+                *stats.get_mut("add_relu").unwrap() += 1;
+            }
+        }
+        dead.extend(group.iter().copied().filter(|&i| i != root));
+        rewrites.push((root, Expr { code: b.code }, b.ext));
+    }
+    for (root, expr, inputs) in rewrites {
+        let node = &mut m.graph.nodes[root];
+        node.op = Op::Fused(FusedOp::Elementwise(expr));
+        node.inputs = inputs;
+    }
+    remove_nodes(&mut m.graph, &dead);
+    stats
+}

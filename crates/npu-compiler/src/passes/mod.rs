@@ -1,0 +1,7 @@
+//! Portable graph passes, each a small rewrite of a [`crate::graph::Module`].
+
+pub mod bn_fold;
+pub mod canonicalize;
+pub mod check;
+pub mod dce;
+pub mod layout;

@@ -1,0 +1,428 @@
+//! The compiled program: the contract between the compiler and every backend.
+//!
+//! Invariants a backend may rely on:
+//! - steps run in order; each step reads only slots written by earlier steps or loaded
+//!   before the run (inputs, weights, constants);
+//! - every [`Binding`] lies inside its slot: `byte_offset + dtype size * (1 + sum((shape[i]
+//!   - 1) * strides[i]))` is at most the slot's size; strides are in elements, 0 = broadcast;
+//! - an output binding never overlaps an input binding of the same step, except for the
+//!   in-place kernels ([`Kernel::IndexCopy`]) that say so;
+//! - an input slot is written only by [`Kernel::IndexCopy`], and only when a program output
+//!   declares `donates_input` for it: that input is device-resident state (the KV cache) the
+//!   runtime keeps between runs and binds to the output, so the update never copies it;
+//! - values are computed in f32 whatever the storage dtype; a store rounds to the binding's
+//!   dtype (round-to-nearest-even), a load widens; integer bindings keep their integer type;
+//! - invalid data (an embedding id or index_copy index out of range) is a run error, never
+//!   an out-of-bounds access.
+//! - arena buffers of values with disjoint lifetimes may share bytes: nothing survives a run
+//!   in the arena.
+
+use crate::expr::Expr;
+use npu_ir::{DType, UnaryOp};
+use serde::{Deserialize, Serialize};
+
+/// Where a binding's bytes live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Slot {
+    Input(u32),
+    Output(u32),
+    Weight(u32),
+    Const(u32),
+    Arena,
+}
+
+/// A strided view of a slot, as a kernel sees one operand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub slot: Slot,
+    pub byte_offset: u64,
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl Binding {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// One past the last byte this binding can touch, relative to its slot.
+    pub fn end_byte(&self) -> u64 {
+        if self.shape.contains(&0) {
+            return self.byte_offset;
+        }
+        let last: usize = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .map(|(d, s)| (d - 1) * s)
+            .sum();
+        self.byte_offset + ((last + 1) * self.dtype.size_bytes()) as u64
+    }
+
+    /// Row-major and gap-free.
+    pub fn is_contiguous(&self) -> bool {
+        self.strides == dense_strides(&self.shape)
+            || self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .zip(dense_strides(&self.shape))
+                .all(|((&d, &s), e)| d == 1 || s == e)
+    }
+}
+
+/// Row-major strides of `shape`.
+pub fn dense_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1].max(1);
+    }
+    s
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReduceOp {
+    Mean,
+    Sum,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolKind {
+    Max,
+    /// Average; `count_include_pad` and an optional divisor override as in ATen.
+    Avg {
+        count_include_pad: bool,
+        divisor: Option<u32>,
+    },
+}
+
+/// The shared kernel vocabulary. Shapes come from the bindings; kernels carry only what the
+/// bindings cannot say. Operand order is documented per kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Kernel {
+    /// out[.., m, n] = alpha * sum_k a[.., m, k] * b[.., k, n] + beta * bias[n], then `act`.
+    /// Inputs: a, b (any strides: a transposed weight is a stride swap), optional bias
+    /// (bound as [.., m, n] with broadcast strides). Batch dims of a/b are pre-broadcast.
+    Gemm {
+        alpha: f32,
+        beta: f32,
+        act: Option<UnaryOp>,
+    },
+    /// NCHW convolution. Inputs: x [N,C,H,W], w [O,C/g,kh,kw], optional bias [O].
+    Conv2d {
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+        act: Option<UnaryOp>,
+    },
+    /// NCHW pooling. Input x; output [N,C,OH,OW].
+    Pool2d {
+        kind: PoolKind,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+    },
+    /// Adaptive average pooling with ATen's floor/ceil window bounds. Input x [N,C,H,W].
+    AdaptiveAvgPool2d,
+    /// out = expr(inputs...), every input bound with the output's shape (broadcast strides).
+    Elementwise { expr: Expr },
+    /// Softmax over the last dim of x * scale (+ mask), in f32. Inputs: x, optional additive
+    /// mask bound as x. Output bound as x (any strides).
+    Softmax { scale: f32 },
+    /// out = x * rsqrt(mean(x^2) + eps) * w over the last dim. Inputs: x, w [D].
+    RmsNorm { eps: f32 },
+    /// Normalizes over the last dim. Inputs: x, optional weight [D], optional bias [D].
+    LayerNorm {
+        eps: f32,
+        has_weight: bool,
+        has_bias: bool,
+    },
+    /// Reduces the trailing `reduced` dims of the input; the output has the leading dims.
+    Reduce { op: ReduceOp, reduced: usize },
+    /// out[.., :] = table[ids[..], :]. Inputs: table [V, D], ids (integer).
+    Embedding,
+    /// In place: dest[.., index[i], ..] = src[.., i, ..] along `axis`.
+    /// Inputs: index (integer), src. Output: dest, which already holds the old content.
+    IndexCopy { axis: usize },
+    /// out = x * cos + rotate_half(x) * sin over the last dim D, where
+    /// rotate_half(x)[d] = -x[d + D/2] for d < D/2 and x[d - D/2] otherwise.
+    /// Inputs: x, cos, sin, all bound with x's shape.
+    Rope,
+    /// Scaled dot-product attention with grouped K/V heads, f32 softmax:
+    /// out[b,h,s] = softmax_t(q[b,h,s] . k[b,h/(H/KVH),t] * scale + mask[b,h,s,t]) @ v.
+    /// `causal` additionally masks t > s. Inputs: q [B,H,S,D], k [B,KVH,T,D],
+    /// v [B,KVH,T,D], optional additive mask bound as [B,H,S,T]. Output [B,H,S,D].
+    Attention { scale: f32, causal: bool },
+    /// out = in (any strides, any dtypes: converts).
+    Copy,
+    /// out = value.
+    Fill { value: f64 },
+}
+
+impl Kernel {
+    /// Kind name used by `describe` totals.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Kernel::Gemm { .. } => "gemm",
+            Kernel::Conv2d { .. } => "conv2d",
+            Kernel::Pool2d {
+                kind: PoolKind::Max,
+                ..
+            } => "max_pool2d",
+            Kernel::Pool2d { .. } => "avg_pool2d",
+            Kernel::AdaptiveAvgPool2d => "adaptive_avg_pool2d",
+            Kernel::Elementwise { .. } => "elementwise",
+            Kernel::Softmax { .. } => "softmax",
+            Kernel::RmsNorm { .. } => "rms_norm",
+            Kernel::LayerNorm { .. } => "layer_norm",
+            Kernel::Reduce { .. } => "reduce",
+            Kernel::Embedding => "embedding",
+            Kernel::IndexCopy { .. } => "index_copy",
+            Kernel::Rope => "rope",
+            Kernel::Attention { .. } => "attention",
+            Kernel::Copy => "copy",
+            Kernel::Fill { .. } => "fill",
+        }
+    }
+}
+
+/// One kernel launch with its operands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub kernel: Kernel,
+    pub inputs: Vec<Binding>,
+    pub outputs: Vec<Binding>,
+    /// The IR node(s) this step comes from, for messages and `describe`.
+    pub origin: String,
+}
+
+/// A program input or output as the user sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IoTensor {
+    pub name: String,
+    pub shape: Vec<usize>,
+    /// The dtype the user passes or receives (the IR's).
+    pub dtype: DType,
+    /// The dtype the program stores it in (integers never change).
+    pub storage: DType,
+    /// For outputs: the input whose buffer this output updates in place (the KV cache).
+    /// The runtime binds both to one device buffer and never copies it.
+    pub donates_input: Option<u32>,
+}
+
+/// A checkpoint tensor the program reads at load time, by its key in the weight file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceTensor {
+    pub key: String,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+/// How a program weight is made from source tensors (`S` = an index into
+/// `Program::sources` in a program; the weight's value id inside the compiler), computed in
+/// f64 on the host, then stored in the weight's dtype.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Recipe<S = u32> {
+    /// The source tensor as is (cast to the storage dtype).
+    Load { source: S },
+    /// conv weight * gamma / sqrt(var + eps), per output channel (dim 0).
+    BnFoldWeight {
+        weight: S,
+        gamma: Option<S>,
+        var: S,
+        eps: f64,
+    },
+    /// (bias - mean) * gamma / sqrt(var + eps) + beta; bias 0 when the conv had none.
+    BnFoldBias {
+        bias: Option<S>,
+        gamma: Option<S>,
+        beta: Option<S>,
+        mean: S,
+        var: S,
+        eps: f64,
+    },
+    /// A standalone batch norm's multiplier, gamma / sqrt(var + eps), shaped [1, C, 1, ..].
+    BnScale { gamma: Option<S>, var: S, eps: f64 },
+    /// A standalone batch norm's shift, beta - mean * gamma / sqrt(var + eps), shaped [1, C, 1, ..].
+    BnShift {
+        gamma: Option<S>,
+        beta: Option<S>,
+        mean: S,
+        var: S,
+        eps: f64,
+    },
+}
+
+impl<S: Copy> Recipe<S> {
+    /// The same recipe over other source references.
+    pub fn map<T, E>(&self, mut f: impl FnMut(S) -> Result<T, E>) -> Result<Recipe<T>, E> {
+        fn opt<S, T, E>(
+            x: Option<S>,
+            f: &mut impl FnMut(S) -> Result<T, E>,
+        ) -> Result<Option<T>, E> {
+            x.map(f).transpose()
+        }
+        let f = &mut f;
+        Ok(match *self {
+            Recipe::Load { source } => Recipe::Load { source: f(source)? },
+            Recipe::BnFoldWeight {
+                weight,
+                gamma,
+                var,
+                eps,
+            } => Recipe::BnFoldWeight {
+                weight: f(weight)?,
+                gamma: opt(gamma, f)?,
+                var: f(var)?,
+                eps,
+            },
+            Recipe::BnFoldBias {
+                bias,
+                gamma,
+                beta,
+                mean,
+                var,
+                eps,
+            } => Recipe::BnFoldBias {
+                bias: opt(bias, f)?,
+                gamma: opt(gamma, f)?,
+                beta: opt(beta, f)?,
+                mean: f(mean)?,
+                var: f(var)?,
+                eps,
+            },
+            Recipe::BnScale { gamma, var, eps } => Recipe::BnScale {
+                gamma: opt(gamma, f)?,
+                var: f(var)?,
+                eps,
+            },
+            Recipe::BnShift {
+                gamma,
+                beta,
+                mean,
+                var,
+                eps,
+            } => Recipe::BnShift {
+                gamma: opt(gamma, f)?,
+                beta: opt(beta, f)?,
+                mean: f(mean)?,
+                var: f(var)?,
+                eps,
+            },
+        })
+    }
+
+    /// Every source the recipe reads.
+    pub fn sources(&self) -> Vec<S> {
+        let mut v = Vec::new();
+        let _ = self.map(|s| {
+            v.push(s);
+            Ok::<S, ()>(s)
+        });
+        v
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightSlot {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub recipe: Recipe,
+}
+
+/// Values the IR carries inline (lifted tensor constants), embedded in the program.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ConstValues {
+    Float(Vec<f32>),
+    Int(Vec<i64>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConstSlot {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub values: ConstValues,
+}
+
+/// A compiled program.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    pub model_name: String,
+    pub target: String,
+    pub compute_dtype: DType,
+    pub inputs: Vec<IoTensor>,
+    pub outputs: Vec<IoTensor>,
+    pub sources: Vec<SourceTensor>,
+    pub weights: Vec<WeightSlot>,
+    pub constants: Vec<ConstSlot>,
+    /// Bytes of the intermediate arena (inputs, outputs, weights, constants excluded).
+    pub arena_bytes: u64,
+    pub steps: Vec<Step>,
+}
+
+impl Program {
+    /// Size in bytes of a slot, for bounds checks.
+    pub fn slot_bytes(&self, slot: Slot) -> Option<u64> {
+        let bytes =
+            |shape: &[usize], dt: DType| (shape.iter().product::<usize>() * dt.size_bytes()) as u64;
+        Some(match slot {
+            Slot::Input(i) => {
+                let t = self.inputs.get(i as usize)?;
+                bytes(&t.shape, t.storage)
+            }
+            Slot::Output(i) => {
+                let t = self.outputs.get(i as usize)?;
+                bytes(&t.shape, t.storage)
+            }
+            Slot::Weight(i) => {
+                let t = self.weights.get(i as usize)?;
+                bytes(&t.shape, t.dtype)
+            }
+            Slot::Const(i) => {
+                let t = self.constants.get(i as usize)?;
+                bytes(&t.shape, t.dtype)
+            }
+            Slot::Arena => self.arena_bytes,
+        })
+    }
+
+    /// Checks the binding invariants of the module doc; returns the first violation.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, step) in self.steps.iter().enumerate() {
+            for b in step.inputs.iter().chain(&step.outputs) {
+                let size = self.slot_bytes(b.slot).ok_or_else(|| {
+                    format!(
+                        "step {i} ({}): slot {:?} does not exist",
+                        step.origin, b.slot
+                    )
+                })?;
+                if b.shape.len() != b.strides.len() {
+                    return Err(format!(
+                        "step {i} ({}): shape and strides differ in rank",
+                        step.origin
+                    ));
+                }
+                if b.end_byte() > size {
+                    return Err(format!(
+                        "step {i} ({}): binding {:?}+{} {:?} ends at byte {} past the slot's {size}",
+                        step.origin,
+                        b.slot,
+                        b.byte_offset,
+                        b.shape,
+                        b.end_byte()
+                    ));
+                }
+            }
+            if let Kernel::Elementwise { expr } = &step.kernel {
+                expr.validate(step.inputs.len())
+                    .map_err(|e| format!("step {i} ({}): {e}", step.origin))?;
+            }
+        }
+        Ok(())
+    }
+}
