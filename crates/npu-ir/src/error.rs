@@ -50,6 +50,12 @@ pub enum IrError {
     DuplicateName(String),
     #[error("graph output '{0}' is not produced by any node or input")]
     UnknownOutput(String),
+    #[error("graph output '{name}' is declared {declared} but is {actual}")]
+    OutputMismatch {
+        name: String,
+        declared: String,
+        actual: String,
+    },
     #[error("constant '{name}': {message}")]
     BadConstant { name: String, message: String },
 }

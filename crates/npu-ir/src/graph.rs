@@ -415,6 +415,14 @@ impl Graph<Op> {
                 .or_else(|| by_key.get(&t.name))
                 .copied()
                 .ok_or_else(|| IrError::UnknownOutput(t.name.clone()))?;
+            let declared = tensor_type(t)?;
+            if declared.shape != g.ty(id).shape {
+                return Err(IrError::OutputMismatch {
+                    name: t.name.clone(),
+                    declared: format!("{:?}", declared.shape),
+                    actual: format!("{:?}", g.ty(id).shape),
+                });
+            }
             g.outputs.push(id);
         }
         Ok(g)

@@ -55,7 +55,7 @@ impl Lowerer<'_> {
 
     fn out(&mut self, node: &CNode, i: usize) -> View {
         let v = node.outputs[i];
-        let hint = if self.direct_out.contains_key(&v) || self.padded.contains_key(&v) {
+        let hint = if self.padded.contains_key(&v) {
             None
         } else {
             self.layout_hint(v)
@@ -92,7 +92,18 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
             }
             IrOp::Reshape => {
                 let v = lw.view(node.inputs[0])?;
-                let r = lw.reshaped(v, &out_shape(0), name);
+                let r = match v.reshape(&out_shape(0)) {
+                    Some(r) => r,
+                    None => {
+                        // Not expressible over the input's strides: materialize once.
+                        let dst = lw.alloc(node.outputs[0], None);
+                        let as_input = dst
+                            .reshape(&v.shape)
+                            .expect("a dense view reshapes to any shape of the same size");
+                        lw.push(Kernel::Copy, vec![v], vec![as_input], name);
+                        dst
+                    }
+                };
                 lw.set(node.outputs[0], r);
             }
             IrOp::Transpose { dim0, dim1 } => {

@@ -10,14 +10,14 @@ pub mod memory;
 pub mod views;
 
 use crate::error::CompileError;
-use crate::graph::{storage_dtype, Module};
+use crate::graph::{storage_dtype, Module, Op};
 use crate::program::{
     Binding, ConstSlot, ConstValues, IoTensor, Program, Recipe, Slot, SourceTensor, Step,
     WeightSlot,
 };
 use crate::target::Target;
 use memory::Interval;
-use npu_ir::{ConstData, DType, ValueId, ValueKind};
+use npu_ir::{ConstData, DType, Op as IrOp, ValueId, ValueKind};
 use std::collections::HashMap;
 use views::{Base, View};
 
@@ -84,16 +84,12 @@ impl<'m> Lowerer<'m> {
     pub fn alloc(&mut self, v: ValueId, perm: Option<&[usize]>) -> View {
         let ty = self.m.graph.ty(v);
         let dtype = self.storage(ty.dtype);
-        if let Some(&o) = self.direct_out.get(&v) {
-            return View::dense(Base::Slot(Slot::Output(o)), &ty.shape, dtype);
-        }
         let shape = ty.shape.clone();
         if let Some(&cp) = self.padded.get(&v) {
             let [n, _c, h, w] = shape[..] else {
                 unreachable!("only 4-D values are padded")
             };
-            let bytes = (n * cp * h * w * dtype.size_bytes()) as u64;
-            let b = self.new_buf(bytes);
+            let b = self.new_buf((n * cp * h * w * dtype.size_bytes()) as u64);
             return View {
                 base: Base::Buf(b),
                 offset: 0,
@@ -102,7 +98,10 @@ impl<'m> Lowerer<'m> {
                 dtype,
             };
         }
-        let b = self.new_buf((ty.numel() * dtype.size_bytes()) as u64);
+        let base = match self.direct_out.get(&v) {
+            Some(&o) => Base::Slot(Slot::Output(o)),
+            None => Base::Buf(self.new_buf((ty.numel() * dtype.size_bytes()) as u64)),
+        };
         match perm {
             Some(p) => {
                 let permuted: Vec<usize> = p.iter().map(|&i| shape[i]).collect();
@@ -112,14 +111,14 @@ impl<'m> Lowerer<'m> {
                     strides[pi] = ds[i];
                 }
                 View {
-                    base: Base::Buf(b),
+                    base,
                     offset: 0,
                     shape,
                     strides,
                     dtype,
                 }
             }
-            None => View::dense(Base::Buf(b), &shape, dtype),
+            None => View::dense(base, &shape, dtype),
         }
     }
 
@@ -308,14 +307,7 @@ pub fn lower(
             }
         })
         .collect();
-    let producers = g.producers();
-    for (j, &v) in g.outputs.iter().enumerate() {
-        let computed =
-            producers[v.idx()].is_some_and(|(n, _)| emit::writes_own_buffer(&g.nodes[n].op));
-        if computed && !lw.direct_out.contains_key(&v) && !lw.padded.contains_key(&v) {
-            lw.direct_out.insert(v, j as u32);
-        }
-    }
+    assign_direct_outputs(&mut lw);
     for node in &g.nodes {
         emit::emit_node(&mut lw, node)?;
     }
@@ -325,7 +317,14 @@ pub fn lower(
         let storage = lw.storage(ty.dtype);
         let donates = lw.donated.get(&(j as u32)).copied();
         let view = lw.view(v)?;
-        let in_place = view.base == Base::Slot(Slot::Output(j as u32)) || donates.is_some();
+        let in_out_slot = view.base == Base::Slot(Slot::Output(j as u32));
+        if in_out_slot && !(view.offset == 0 && view.is_dense()) {
+            return Err(CompileError::Internal(format!(
+                "output '{}' would be copied onto itself",
+                g.value(v).name
+            )));
+        }
+        let in_place = in_out_slot || donates.is_some();
         if !in_place {
             let dst = View::dense(Base::Slot(Slot::Output(j as u32)), &ty.shape, storage);
             lw.push(
@@ -386,4 +385,54 @@ pub fn lower(
     };
     program.validate().map_err(CompileError::Internal)?;
     Ok(program)
+}
+
+/// Chooses the graph outputs that their producer writes straight into the output slot: a
+/// compute node's result, looking through reshapes of a result only that reshape reads, and
+/// reshapes that must copy anyway. Padded values stay in the arena (outputs are dense).
+fn assign_direct_outputs(lw: &mut Lowerer) {
+    let g = &lw.m.graph;
+    let producers = g.producers();
+    for (j, &out) in g.outputs.iter().enumerate() {
+        let mut chain = vec![out];
+        let mut v = out;
+        // Step back through views so the value's producer writes the output's bytes. A
+        // transpose is crossed only right above its compute producer, whose buffer then
+        // takes the transposed layout (see `Lowerer::alloc`), so the chain stays dense.
+        while let Some((n, _)) = producers[v.idx()] {
+            let node = &g.nodes[n];
+            let Some(&src) = node.inputs.first() else {
+                break;
+            };
+            let src_prod = producers[src.idx()].map(|(p, _)| &g.nodes[p].op);
+            let src_computed = src_prod.is_some_and(emit::writes_own_buffer);
+            let ok = match &node.op {
+                Op::Ir(IrOp::Reshape | IrOp::Identity) => src_prod.is_some(),
+                Op::Ir(IrOp::Transpose { .. } | IrOp::Permute { .. }) => src_computed,
+                _ => false,
+            };
+            if !ok
+                || lw.users[src.idx()].len() != 1
+                || g.outputs.contains(&src)
+                || lw.padded.contains_key(&src)
+            {
+                break;
+            }
+            v = src;
+            chain.push(v);
+        }
+        let writable = |v: &ValueId| {
+            producers[v.idx()].is_some_and(|(n, _)| {
+                let op = &g.nodes[n].op;
+                emit::writes_own_buffer(op)
+                    || matches!(op, Op::Ir(IrOp::Reshape | IrOp::IndexCopy { .. }))
+            })
+        };
+        let Some(&v) = chain.iter().rev().find(|v| writable(v)) else {
+            continue;
+        };
+        if !lw.direct_out.contains_key(&v) && !lw.padded.contains_key(&v) {
+            lw.direct_out.insert(v, j as u32);
+        }
+    }
 }
