@@ -19,7 +19,7 @@ pub fn pad_channels(g: &CGraph, target: &Target) -> HashMap<ValueId, usize> {
         let [out] = node.outputs[..] else { continue };
         let ty = g.ty(out);
         if ty.rank() != 4
-            || ty.shape[1] % tile == 0
+            || ty.shape[1].is_multiple_of(tile)
             || g.outputs.contains(&out)
             || !ty.dtype.is_float()
         {
