@@ -18,6 +18,7 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 if [ -x scripts/make-test-models.sh ]; then
     step "end-to-end models (export tool, cached under target/test-models)"
     scripts/make-test-models.sh
+    export NPU_REQUIRE_MODELS=1
 fi
 
 step "python: export tool lint and tests"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Exports the end-to-end test models that are too large to commit (ResNet-18/50 with weights and
+# PyTorch reference I/O, batch 1 and 4) into target/test-models/. Skips a model whose export is
+# already there for the same pinned requirements. Rust tests read them from NPU_TEST_MODELS
+# (default target/test-models) and, with NPU_REQUIRE_MODELS=1 (set by scripts/test.sh), fail
+# instead of skipping when they are missing.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PY:-$ROOT/.venv/bin/python}"
+OUT="${NPU_TEST_MODELS:-$ROOT/target/test-models}"
+export PYTHONPATH="$ROOT/tools/export${PYTHONPATH:+:$PYTHONPATH}"
+stamp="$(sha256sum "$ROOT/tools/export/requirements.txt" "$ROOT"/tools/export/npu_export/*.py | sha256sum | cut -d' ' -f1)"
+
+export_model() {
+    local dir="$1"; shift
+    if [ "$(cat "$OUT/$dir/.stamp" 2>/dev/null || true)" = "$stamp" ]; then
+        echo "$dir: up to date"
+        return
+    fi
+    rm -rf "${OUT:?}/$dir"
+    echo "$dir: npu_export $*"
+    "$PY" -m npu_export "$@" --out "$OUT/$dir" >/dev/null
+    echo "$stamp" > "$OUT/$dir/.stamp"
+}
+
+mkdir -p "$OUT"
+export_model resnet18     resnet18 --batch 1 --seed 0
+export_model resnet18-b4  resnet18 --batch 4 --seed 0
+export_model resnet50     resnet50 --batch 1 --seed 0
+export_model resnet50-b4  resnet50 --batch 4 --seed 0
