@@ -65,6 +65,14 @@ impl Lowerer<'_> {
         view
     }
 
+    /// A row-major output, for kernels whose output is re-viewed by a reshape (gemm).
+    fn out_dense(&mut self, node: &CNode, i: usize) -> View {
+        let v = node.outputs[i];
+        let view = self.alloc(v, None);
+        self.views.insert(v, view.clone());
+        view
+    }
+
     fn bcast(&mut self, node: &CNode, v: ValueId, shape: &[usize]) -> Result<View, CompileError> {
         let view = self.view(v)?;
         view.broadcast_to(shape).ok_or_else(|| {
@@ -481,7 +489,7 @@ fn emit_linear(
     let m: usize = x.shape[..x.shape.len() - 1].iter().product();
     let a = lw.reshaped(x, &[m, k], &node.name);
     let b = w.permute(&[1, 0]);
-    let out = lw.out(node, 0);
+    let out = lw.out_dense(node, 0);
     let out2 = lw.reshaped(out.clone(), &[m, n], &node.name);
     if out2.base != out.base {
         return Err(CompileError::node(
