@@ -1,1 +1,15 @@
+//! Backends and executors for compiled NPU programs: host tensors, weight loading with
+//! load-time recipes, the [`Backend`] / [`Executable`] interface with device-resident
+//! state, and the CPU backend (the reference implementation of every kernel kind).
 
+pub mod backend;
+pub mod cpu;
+mod error;
+pub mod tensor;
+pub mod weights;
+
+pub use backend::{backend_by_name, Backend, DeviceState, Executable};
+pub use cpu::CpuBackend;
+pub use error::{Result, RuntimeError};
+pub use tensor::{read_safetensors, write_safetensors, HostTensor};
+pub use weights::{MemoryWeights, SafetensorsFile, WeightSource};

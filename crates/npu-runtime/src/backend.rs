@@ -1,0 +1,80 @@
+//! The backend interface: a [`Backend`] prepares a [`Program`] once (allocation, weight
+//! upload, kernel setup); the resulting [`Executable`] runs it many times.
+//!
+//! Device-resident state: an input that a program output donates (`donates_input`, the KV
+//! cache) lives in a [`DeviceState`], a set of named device buffers owned by the caller and
+//! passed to every run. Two executables (prefill and decode) that name the same state
+//! inputs share those buffers by passing the same `DeviceState`; the program updates them
+//! in place and they never travel to the host unless read with [`DeviceState::read`].
+
+use crate::error::{Result, RuntimeError};
+use crate::tensor::HostTensor;
+use crate::weights::WeightSource;
+use npu_compiler::Program;
+use std::any::Any;
+
+/// Named device buffers that persist between runs (the KV cache).
+pub trait DeviceState: Any + Send {
+    /// Names of the buffers allocated so far.
+    fn names(&self) -> Vec<String>;
+    /// A copy of a buffer on the host, in its storage dtype.
+    fn read(&self, name: &str) -> Result<HostTensor>;
+    /// Replaces a buffer's content (same shape; converts the dtype).
+    fn write(&mut self, name: &str, value: &HostTensor) -> Result<()>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// A prepared program.
+pub trait Executable: Send {
+    fn program(&self) -> &Program;
+
+    /// Empty state for this backend; buffers are created (zeroed) by the first run that
+    /// needs them, or by an explicit state input.
+    fn new_state(&self) -> Box<dyn DeviceState>;
+
+    /// Runs the program. `inputs` are keyed by graph input name, in the input's dtype (or
+    /// its storage dtype). State inputs may be omitted (they keep their device content) or
+    /// given (uploaded first). Returns every output that is not state, in program order, in
+    /// the output's dtype.
+    fn run(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        state: &mut dyn DeviceState,
+    ) -> Result<Vec<(String, HostTensor)>>;
+
+    /// Runs with a fresh state and returns every output, state outputs included.
+    fn run_all(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<(String, HostTensor)>> {
+        let mut state = self.new_state();
+        let plain = self.run(inputs, state.as_mut())?;
+        let p = self.program();
+        let mut plain = plain.into_iter();
+        let mut out = Vec::with_capacity(p.outputs.len());
+        for o in &p.outputs {
+            match o.donates_input {
+                Some(i) => {
+                    let name = &p.inputs[i as usize].name;
+                    let t = state.read(name)?.cast(o.dtype)?;
+                    out.push((o.name.clone(), t));
+                }
+                None => out.extend(plain.next()),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A device that runs programs.
+pub trait Backend {
+    fn name(&self) -> &'static str;
+    fn prepare(&self, program: &Program, weights: &dyn WeightSource)
+        -> Result<Box<dyn Executable>>;
+}
+
+/// The backend called `name` (`cpu`).
+pub fn backend_by_name(name: &str) -> Result<Box<dyn Backend>> {
+    match name {
+        "cpu" => Ok(Box::new(crate::cpu::CpuBackend::new())),
+        other => Err(RuntimeError::UnknownBackend(other.to_string())),
+    }
+}

@@ -1,0 +1,272 @@
+//! NCHW 2-D convolution (groups, stride, padding, dilation, bias, fused activation) as
+//! im2col + GEMM; a 1x1/stride-1/no-padding conv over f32 reads the input directly.
+
+use super::gemm::{epilogue, matmul, Mat};
+use super::view::{with_scratch, SendPtr, View};
+use npu_compiler::expr::unary;
+use npu_ir::UnaryOp;
+use rayon::prelude::*;
+
+/// Output channels per weight conversion tile.
+const CONV_W_TILE: usize = 128;
+
+pub struct ConvParams {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+    pub act: Option<UnaryOp>,
+}
+
+pub fn conv2d(
+    p: &ConvParams,
+    x: &View,
+    w: &View,
+    bias: Option<&View>,
+    out: &View,
+) -> Result<(), String> {
+    if x.rank() != 4 || w.rank() != 4 || out.rank() != 4 {
+        return Err(format!(
+            "expects x [N,C,H,W], w [O,C/g,kh,kw], out [N,O,OH,OW]; got {:?}, {:?}, {:?}",
+            x.shape, w.shape, out.shape
+        ));
+    }
+    let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (o, cg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+    let (oh, ow) = (out.shape[2], out.shape[3]);
+    let g = p.groups.max(1);
+    if c != cg * g || o % g != 0 || out.shape[0] != n || out.shape[1] != o || p.stride.contains(&0)
+    {
+        return Err(format!(
+            "x {:?}, w {:?}, groups {g}, out {:?} do not agree",
+            x.shape, w.shape, out.shape
+        ));
+    }
+    let eh = (h + 2 * p.padding[0]).checked_sub(p.dilation[0] * (kh.max(1) - 1) + 1);
+    let ew = (wd + 2 * p.padding[1]).checked_sub(p.dilation[1] * (kw.max(1) - 1) + 1);
+    if eh.map(|e| e / p.stride[0] + 1) != Some(oh) || ew.map(|e| e / p.stride[1] + 1) != Some(ow) {
+        return Err(format!(
+            "output {:?} does not match the conv arithmetic",
+            out.shape
+        ));
+    }
+    if let Some(b) = bias {
+        if b.numel() != o {
+            return Err(format!("bias {:?} is not [{o}]", b.shape));
+        }
+    }
+    let og = o / g;
+    let kc = cg * kh * kw;
+    let pix = oh * ow;
+    let one_by_one = kh == 1
+        && kw == 1
+        && p.stride == [1, 1]
+        && p.padding == [0, 0]
+        && x.f32_ptr().is_some()
+        && x.strides[3] == 1
+        && (h == 1 || x.strides[2] == wd);
+    let w_direct =
+        w.f32_ptr().is_some() && w.strides[3] == 1 && w.strides[2] == kw && w.strides[1] == kh * kw;
+    let out_direct =
+        out.f32_ptr().is_some() && out.strides[3] == 1 && (oh == 1 || out.strides[2] == ow);
+    let bias_view: Option<View> = bias.copied();
+    for ni in 0..n {
+        for gi in 0..g {
+            let xoff = ni * x.strides[0] + gi * cg * x.strides[1];
+            with_scratch(1, if one_by_one { 0 } else { kc * pix }, |col| {
+                let bmat = if one_by_one {
+                    // SAFETY: the plane block lies in x.
+                    Mat {
+                        ptr: unsafe { (x.ptr as *const f32).add(xoff) },
+                        rs: x.strides[1] as isize,
+                        cs: 1,
+                    }
+                } else {
+                    im2col(p, x, xoff, [cg, kh, kw], [oh, ow], col);
+                    Mat {
+                        ptr: col.as_ptr(),
+                        rs: pix as isize,
+                        cs: 1,
+                    }
+                };
+                // f16/bf16 (or strided) weights are converted to f32 in tiles of output
+                // channels, never whole.
+                let tm = if w_direct { og } else { og.min(CONV_W_TILE) };
+                with_scratch(2, if w_direct { 0 } else { tm * kc }, |wp| {
+                    let woff = gi * og * w.strides[0];
+                    let wtile = |m0: usize, rows: usize, wp: &mut [f32]| -> Mat {
+                        if w_direct {
+                            // SAFETY: the group's rows lie in w.
+                            return Mat {
+                                ptr: unsafe { (w.ptr as *const f32).add(woff + m0 * w.strides[0]) },
+                                rs: w.strides[0] as isize,
+                                cs: 1,
+                            };
+                        }
+                        for r in 0..rows {
+                            let oi = m0 + r;
+                            for ci in 0..cg {
+                                for i in 0..kh {
+                                    let base = woff
+                                        + oi * w.strides[0]
+                                        + ci * w.strides[1]
+                                        + i * w.strides[2];
+                                    let d0 = r * kc + (ci * kh + i) * kw;
+                                    w.gather(base, w.strides[3], &mut wp[d0..d0 + kw]);
+                                }
+                            }
+                        }
+                        Mat {
+                            ptr: wp.as_ptr(),
+                            rs: kc as isize,
+                            cs: 1,
+                        }
+                    };
+                    let ooff = ni * out.strides[0] + gi * og * out.strides[1];
+                    with_scratch(3, if out_direct { 0 } else { og * pix }, |cbuf| {
+                        let (dst, d_rs) = if out_direct {
+                            // SAFETY: the output block lies in out.
+                            (
+                                unsafe { (out.ptr as *mut f32).add(ooff) },
+                                out.strides[1] as isize,
+                            )
+                        } else {
+                            (cbuf.as_mut_ptr(), pix as isize)
+                        };
+                        let mut m0 = 0;
+                        while m0 < og {
+                            let rows = tm.min(og - m0);
+                            let amat = wtile(m0, rows, wp);
+                            // SAFETY: sizes and strides describe the buffers above.
+                            unsafe {
+                                matmul(
+                                    rows,
+                                    pix,
+                                    kc,
+                                    dst.offset(m0 as isize * d_rs),
+                                    d_rs,
+                                    1,
+                                    amat,
+                                    bmat,
+                                )
+                            };
+                            m0 += rows;
+                        }
+                        if out_direct {
+                            if bias.is_some() || p.act.is_some() {
+                                let dp = SendPtr(dst);
+                                (0..og).into_par_iter().for_each(|oi| {
+                                    let bv = bias_view.map_or(0.0, |b| {
+                                        b.ld((gi * og + oi) * b.strides[b.rank() - 1])
+                                    });
+                                    // SAFETY: row oi of the output block, written by one task.
+                                    let row = unsafe {
+                                        std::slice::from_raw_parts_mut(
+                                            dp.get().offset(oi as isize * d_rs),
+                                            pix,
+                                        )
+                                    };
+                                    match p.act {
+                                        None => row.iter_mut().for_each(|v| *v += bv),
+                                        Some(UnaryOp::Relu) => {
+                                            row.iter_mut().for_each(|v| *v = (*v + bv).max(0.0))
+                                        }
+                                        Some(a) => {
+                                            row.iter_mut().for_each(|v| *v = unary(a, *v + bv))
+                                        }
+                                    }
+                                });
+                            }
+                        } else {
+                            // Output rows are channels, columns pixels.
+                            let shape = [og, pix];
+                            let strides = [out.strides[1], 1];
+                            if out.strides[3] == 1 && (oh == 1 || out.strides[2] == ow) {
+                                let ov = out.with(ooff, &shape, &strides);
+                                let bstr = [1usize, 0];
+                                let bshape = [og, pix];
+                                let bv = bias_view.map(|b| {
+                                    let bs = [b.strides[b.rank() - 1], 0];
+                                    (
+                                        b.with(gi * og * b.strides[b.rank() - 1], &bshape, &bstr),
+                                        bs,
+                                    )
+                                });
+                                match bv {
+                                    Some((b, bs)) => {
+                                        let bb = View { strides: &bs, ..b };
+                                        epilogue(cbuf, og, pix, 1.0, Some((&bb, 0)), p.act, &ov, 0)
+                                    }
+                                    None => epilogue(cbuf, og, pix, 1.0, None, p.act, &ov, 0),
+                                }
+                            } else {
+                                for oi in 0..og {
+                                    let bv = bias_view.map_or(0.0, |b| {
+                                        b.ld((gi * og + oi) * b.strides[b.rank() - 1])
+                                    });
+                                    for y in 0..oh {
+                                        for xx in 0..ow {
+                                            let mut t = cbuf[oi * pix + y * ow + xx] + bv;
+                                            if let Some(a) = p.act {
+                                                t = unary(a, t);
+                                            }
+                                            out.st(
+                                                ooff + oi * out.strides[1]
+                                                    + y * out.strides[2]
+                                                    + xx * out.strides[3],
+                                                t,
+                                            );
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    });
+                });
+            });
+        }
+    }
+    Ok(())
+}
+
+/// col[(c, i, j), (y, x)] = x[c, y*s - p + i*d, x*s - p + j*d] (0 outside), f32.
+fn im2col(
+    p: &ConvParams,
+    x: &View,
+    xoff: usize,
+    [_cg, kh, kw]: [usize; 3],
+    [oh, ow]: [usize; 2],
+    col: &mut [f32],
+) {
+    let (h, w) = (x.shape[2] as isize, x.shape[3] as isize);
+    let pix = oh * ow;
+    col.par_chunks_mut(pix).enumerate().for_each(|(r, dst)| {
+        let (ci, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
+        let cbase = xoff + ci * x.strides[1];
+        let dx = (j * p.dilation[1]) as isize - p.padding[1] as isize;
+        let sw = p.stride[1] as isize;
+        // Output columns whose input column falls inside [0, w).
+        let lo = if dx >= 0 { 0 } else { ((-dx) + sw - 1) / sw };
+        let hi = if w - dx <= 0 {
+            0
+        } else {
+            ((w - dx + sw - 1) / sw).min(ow as isize)
+        };
+        for y in 0..oh {
+            let yy = (y * p.stride[0] + i * p.dilation[0]) as isize - p.padding[0] as isize;
+            let row = &mut dst[y * ow..(y + 1) * ow];
+            if yy < 0 || yy >= h || lo >= hi {
+                row.fill(0.0);
+                continue;
+            }
+            row[..lo as usize].fill(0.0);
+            row[hi as usize..].fill(0.0);
+            let start = (lo * sw + dx) as usize;
+            x.gather(
+                cbase + yy as usize * x.strides[2] + start * x.strides[3],
+                p.stride[1] * x.strides[3],
+                &mut row[lo as usize..hi as usize],
+            );
+        }
+    });
+}

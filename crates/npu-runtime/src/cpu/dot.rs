@@ -1,0 +1,119 @@
+//! Dot products for the bandwidth-bound paths (GEMV over f32/bf16/f16 weights, attention),
+//! with an AVX2+FMA build selected at run time on x86-64.
+
+use half::f16;
+
+macro_rules! dot_bodies {
+    ($fma:expr) => {
+        #[inline(always)]
+        fn f32_body(a: &[f32], b: &[f32]) -> f32 {
+            let n = a.len().min(b.len());
+            let (a, b) = (&a[..n], &b[..n]);
+            let mut acc = [0f32; 16];
+            let mut ca = a.chunks_exact(16);
+            let mut cb = b.chunks_exact(16);
+            for (x, y) in (&mut ca).zip(&mut cb) {
+                for i in 0..16 {
+                    acc[i] = if $fma {
+                        x[i].mul_add(y[i], acc[i])
+                    } else {
+                        acc[i] + x[i] * y[i]
+                    };
+                }
+            }
+            let mut s: f32 = acc.iter().sum();
+            for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+                s += x * y;
+            }
+            s
+        }
+        #[inline(always)]
+        fn bf16_body(a: &[f32], b: &[u16]) -> f32 {
+            let n = a.len().min(b.len());
+            let (a, b) = (&a[..n], &b[..n]);
+            let mut acc = [0f32; 16];
+            let mut ca = a.chunks_exact(16);
+            let mut cb = b.chunks_exact(16);
+            for (x, y) in (&mut ca).zip(&mut cb) {
+                for i in 0..16 {
+                    let w = f32::from_bits(u32::from(y[i]) << 16);
+                    acc[i] = if $fma {
+                        x[i].mul_add(w, acc[i])
+                    } else {
+                        acc[i] + x[i] * w
+                    };
+                }
+            }
+            let mut s: f32 = acc.iter().sum();
+            for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+                s += x * f32::from_bits(u32::from(*y) << 16);
+            }
+            s
+        }
+    };
+}
+
+mod generic {
+    dot_bodies!(false);
+    pub fn f32(a: &[f32], b: &[f32]) -> f32 {
+        f32_body(a, b)
+    }
+    pub fn bf16(a: &[f32], b: &[u16]) -> f32 {
+        bf16_body(a, b)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    dot_bodies!(true);
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn f32(a: &[f32], b: &[f32]) -> f32 {
+        f32_body(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn bf16(a: &[f32], b: &[u16]) -> f32 {
+        bf16_body(a, b)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+}
+
+/// sum a[i] * b[i] over the shorter length.
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked above).
+        return unsafe { avx2::f32(a, b) };
+    }
+    generic::f32(a, b)
+}
+
+/// sum a[i] * bf16(b[i]).
+#[inline]
+pub fn dot_bf16(a: &[f32], b: &[u16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: as dot_f32.
+        return unsafe { avx2::bf16(a, b) };
+    }
+    generic::bf16(a, b)
+}
+
+/// sum a[i] * f16(b[i]), converting b in tiles of 256.
+pub fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
+    use half::slice::HalfFloatSliceExt;
+    let mut tile = [0f32; 256];
+    let mut s = 0.0;
+    for (ca, cb) in a.chunks(256).zip(b.chunks(256)) {
+        let t = &mut tile[..cb.len()];
+        cb.convert_to_f32_slice(t);
+        s += dot_f32(ca, t);
+    }
+    s
+}

@@ -1,0 +1,120 @@
+//! Fused elementwise expressions, evaluated block-wise over rows of the output.
+
+use super::view::{chunks_for, offset_in, with_scratch, View};
+use npu_compiler::expr::{binary, round_to, unary, Expr, Instr};
+use npu_ir::{BinaryOp, UnaryOp};
+use rayon::prelude::*;
+
+const BLOCK: usize = 256;
+
+fn max_depth(expr: &Expr) -> usize {
+    let (mut d, mut m) = (0usize, 0usize);
+    for i in &expr.code {
+        match i {
+            Instr::Load(_) | Instr::Const(_) => {
+                d += 1;
+                m = m.max(d);
+            }
+            Instr::Binary(_) => d = d.saturating_sub(1),
+            _ => {}
+        }
+    }
+    m.max(1)
+}
+
+/// out = expr(ins...), every input bound with the output's shape.
+pub fn elementwise(expr: &Expr, ins: &[View], out: &View) -> Result<(), String> {
+    expr.validate(ins.len())?;
+    for (i, v) in ins.iter().enumerate() {
+        if v.shape != out.shape {
+            return Err(format!(
+                "input {i} is bound as {:?}, the output as {:?}",
+                v.shape, out.shape
+            ));
+        }
+    }
+    let r = out.rank();
+    let last = if r == 0 { 1 } else { out.shape[r - 1] };
+    if out.numel() == 0 {
+        return Ok(());
+    }
+    let lead = &out.shape[..r.saturating_sub(1)];
+    let rows: usize = lead.iter().product();
+    let nblk = last.div_ceil(BLOCK);
+    let items = rows * nblk;
+    let depth = max_depth(expr);
+    let nin = ins.len();
+    let last_stride = |v: &View| if r == 0 { 0 } else { v.strides[r - 1] };
+    let nchunks = chunks_for(items * BLOCK.min(last), 4096);
+    let per = items.div_ceil(nchunks);
+    (0..nchunks).into_par_iter().for_each(|c| {
+        with_scratch(0, (nin + depth) * BLOCK, |s| {
+            let (inb, stack) = s.split_at_mut(nin * BLOCK);
+            for item in c * per..((c + 1) * per).min(items) {
+                let row = item / nblk;
+                let b0 = (item % nblk) * BLOCK;
+                let len = BLOCK.min(last - b0);
+                for (k, v) in ins.iter().enumerate() {
+                    let off = offset_in(lead, &v.strides[..lead.len()], row) + b0 * last_stride(v);
+                    v.gather(off, last_stride(v), &mut inb[k * BLOCK..k * BLOCK + len]);
+                }
+                let mut sp = 0usize;
+                for ins_ in &expr.code {
+                    match *ins_ {
+                        Instr::Load(k) => {
+                            let k = k as usize;
+                            let (dst, src) = (sp * BLOCK, k * BLOCK);
+                            stack[dst..dst + len].copy_from_slice(&inb[src..src + len]);
+                            sp += 1;
+                        }
+                        Instr::Const(v) => {
+                            stack[sp * BLOCK..sp * BLOCK + len].fill(v);
+                            sp += 1;
+                        }
+                        Instr::Unary(u) => {
+                            let v = &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len];
+                            if u == UnaryOp::Relu {
+                                v.iter_mut().for_each(|x| *x = x.max(0.0));
+                            } else {
+                                v.iter_mut().for_each(|x| *x = unary(u, *x));
+                            }
+                        }
+                        Instr::Binary(op) => {
+                            let (lo, hi) = stack.split_at_mut((sp - 1) * BLOCK);
+                            let a = &mut lo[(sp - 2) * BLOCK..(sp - 2) * BLOCK + len];
+                            let b = &hi[..len];
+                            match op {
+                                BinaryOp::Add => a.iter_mut().zip(b).for_each(|(x, y)| *x += y),
+                                BinaryOp::Mul => a.iter_mut().zip(b).for_each(|(x, y)| *x *= y),
+                                BinaryOp::Sub => a.iter_mut().zip(b).for_each(|(x, y)| *x -= y),
+                                _ => a
+                                    .iter_mut()
+                                    .zip(b)
+                                    .for_each(|(x, &y)| *x = binary(op, *x, y)),
+                            }
+                            sp -= 1;
+                        }
+                        Instr::Clamp { min, max } => {
+                            for x in &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len] {
+                                if let Some(m) = min {
+                                    *x = x.max(m);
+                                }
+                                if let Some(m) = max {
+                                    *x = x.min(m);
+                                }
+                            }
+                        }
+                        Instr::Cast(dt) => {
+                            for x in &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len] {
+                                *x = round_to(dt, *x);
+                            }
+                        }
+                    }
+                }
+                let off = offset_in(lead, &out.strides[..lead.len()], row) + b0 * last_stride(out);
+                out.scatter(off, last_stride(out), &stack[..len]);
+            }
+        })
+    });
+    Ok(())
+}

@@ -1,0 +1,611 @@
+//! The CPU backend: every buffer (inputs, outputs, weights, constants, arena) is allocated
+//! and every weight built at prepare time; a run converts the inputs into their buffers,
+//! executes the steps in order over strided views, and converts the outputs back.
+
+pub mod attention;
+pub mod conv;
+pub mod copy;
+pub mod dot;
+pub mod elementwise;
+pub mod embedding;
+pub mod gemm;
+pub mod index_copy;
+pub mod norm;
+pub mod pool;
+pub mod rope;
+pub mod softmax;
+pub mod view;
+
+use crate::backend::{Backend, DeviceState, Executable};
+use crate::error::{Result, RuntimeError};
+use crate::tensor::{cast_bytes, store_f32, store_i64, HostTensor};
+use crate::weights::{build_weight, check_sources, WeightSource};
+use npu_compiler::program::{ConstValues, IoTensor, Kernel, Slot, Step};
+use npu_compiler::Program;
+use npu_ir::DType;
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use view::{View, MAX_RANK};
+
+/// An 8-byte aligned byte buffer.
+#[derive(Debug)]
+enum Store {
+    Words(Vec<u64>),
+    /// A byte vector whose allocation happens to be 8-aligned (taken without a copy).
+    Bytes(Vec<u8>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Buf {
+    store: Store,
+    len: usize,
+}
+
+impl Buf {
+    fn zeros(len: usize) -> Buf {
+        Buf {
+            store: Store::Words(vec![0; len.div_ceil(8)]),
+            len,
+        }
+    }
+    /// Takes `v` without copying when it is 8-aligned (as the system allocator returns it).
+    fn from_vec(v: Vec<u8>) -> Buf {
+        if (v.as_ptr() as usize) & 7 == 0 {
+            Buf {
+                len: v.len(),
+                store: Store::Bytes(v),
+            }
+        } else {
+            let mut buf = Buf::zeros(v.len());
+            buf.bytes_mut().copy_from_slice(&v);
+            buf
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        match &self.store {
+            // SAFETY: the words hold at least `len` initialized bytes.
+            Store::Words(w) => unsafe {
+                std::slice::from_raw_parts(w.as_ptr() as *const u8, self.len)
+            },
+            Store::Bytes(b) => b,
+        }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match &mut self.store {
+            // SAFETY: as above.
+            Store::Words(w) => unsafe {
+                std::slice::from_raw_parts_mut(w.as_mut_ptr() as *mut u8, self.len)
+            },
+            Store::Bytes(b) => b,
+        }
+    }
+    fn ptr(&mut self) -> *mut u8 {
+        self.bytes_mut().as_mut_ptr()
+    }
+    /// For read-only buffers (weights shared between executables): kernels never write
+    /// through it.
+    fn const_ptr(&self) -> *mut u8 {
+        self.bytes().as_ptr() as *mut u8
+    }
+}
+
+/// The CPU backend. Weights built by one `prepare` are shared (read-only) with every
+/// later executable of the same backend that needs the same slot from the same source, so
+/// a prefill and a decode program hold one copy of the model.
+#[derive(Default)]
+pub struct CpuBackend {
+    weight_cache: Mutex<HashMap<String, Weak<Buf>>>,
+}
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        CpuBackend::default()
+    }
+}
+
+/// A named state buffer: storage dtype, shape, bytes.
+struct StateBuf {
+    dtype: DType,
+    shape: Vec<usize>,
+    buf: Buf,
+}
+
+/// The CPU backend's device state: named host buffers.
+#[derive(Default)]
+pub struct CpuState {
+    bufs: HashMap<String, StateBuf>,
+}
+
+impl DeviceState for CpuState {
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.bufs.keys().cloned().collect();
+        v.sort();
+        v
+    }
+    fn read(&self, name: &str) -> Result<HostTensor> {
+        let s = self.bufs.get(name).ok_or_else(|| RuntimeError::State {
+            name: name.into(),
+            message: "no such state buffer (run a program that creates it first)".into(),
+        })?;
+        HostTensor::new(s.dtype, s.shape.clone(), s.buf.bytes().to_vec())
+    }
+    fn write(&mut self, name: &str, value: &HostTensor) -> Result<()> {
+        let s = self.bufs.get_mut(name).ok_or_else(|| RuntimeError::State {
+            name: name.into(),
+            message: "no such state buffer".into(),
+        })?;
+        if value.shape() != s.shape.as_slice() {
+            return Err(RuntimeError::State {
+                name: name.into(),
+                message: format!("expected shape {:?}, got {:?}", s.shape, value.shape()),
+            });
+        }
+        cast_bytes(value.bytes(), value.dtype(), s.buf.bytes_mut(), s.dtype)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+pub struct CpuExecutable {
+    program: Program,
+    /// Own buffers of non-state inputs (None for state inputs).
+    inputs: Vec<Option<Buf>>,
+    /// Own buffers of outputs that do not donate (None for donating ones).
+    outputs: Vec<Option<Buf>>,
+    /// For each output, the input whose buffer it is.
+    donates: Vec<Option<usize>>,
+    weights: Vec<Arc<Buf>>,
+    consts: Vec<Buf>,
+    arena: Buf,
+    /// Base pointers of the input slots for the current run (reused, no allocation).
+    input_ptrs: Vec<usize>,
+    provided: Vec<bool>,
+}
+
+fn invalid(msg: String) -> RuntimeError {
+    RuntimeError::InvalidProgram(msg)
+}
+
+fn io_bytes(t: &IoTensor) -> usize {
+    t.shape.iter().product::<usize>() * t.storage.size_bytes()
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn prepare(
+        &self,
+        program: &Program,
+        weights: &dyn WeightSource,
+    ) -> Result<Box<dyn Executable>> {
+        let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.retain(|_, w| w.strong_count() > 0);
+        Ok(Box::new(CpuExecutable::with_cache(
+            program.clone(),
+            weights,
+            &mut cache,
+        )?))
+    }
+}
+
+impl CpuExecutable {
+    pub fn new(program: Program, weights: &dyn WeightSource) -> Result<CpuExecutable> {
+        Self::with_cache(program, weights, &mut HashMap::new())
+    }
+
+    fn with_cache(
+        program: Program,
+        weights: &dyn WeightSource,
+        cache: &mut HashMap<String, Weak<Buf>>,
+    ) -> Result<CpuExecutable> {
+        program.validate().map_err(invalid)?;
+        for (i, s) in program.steps.iter().enumerate() {
+            for b in s.inputs.iter().chain(&s.outputs) {
+                if b.shape.len() > MAX_RANK {
+                    return Err(invalid(format!(
+                        "step {i} ({}): rank {} > {MAX_RANK}",
+                        s.origin,
+                        b.shape.len()
+                    )));
+                }
+                if (b.byte_offset as usize).rem_euclid(b.dtype.size_bytes()) != 0 {
+                    return Err(invalid(format!(
+                        "step {i} ({}): byte offset {} is not aligned to {}",
+                        s.origin, b.byte_offset, b.dtype
+                    )));
+                }
+            }
+        }
+        let mut donates = vec![None; program.outputs.len()];
+        let mut state_input = vec![false; program.inputs.len()];
+        for (oi, o) in program.outputs.iter().enumerate() {
+            if let Some(i) = o.donates_input {
+                let inp = program.inputs.get(i as usize).ok_or_else(|| {
+                    invalid(format!(
+                        "output '{}' donates input {i}, which does not exist",
+                        o.name
+                    ))
+                })?;
+                if inp.shape != o.shape || inp.storage != o.storage {
+                    return Err(invalid(format!(
+                        "output '{}' {}{:?} donates input '{}' {}{:?} of another shape or dtype",
+                        o.name, o.storage, o.shape, inp.name, inp.storage, inp.shape
+                    )));
+                }
+                donates[oi] = Some(i as usize);
+                state_input[i as usize] = true;
+            }
+        }
+        let inputs = program
+            .inputs
+            .iter()
+            .zip(&state_input)
+            .map(|(t, &st)| (!st).then(|| Buf::zeros(io_bytes(t))))
+            .collect();
+        let outputs = program
+            .outputs
+            .iter()
+            .zip(&donates)
+            .map(|(t, d)| d.is_none().then(|| Buf::zeros(io_bytes(t))))
+            .collect();
+        check_sources(&program, weights)?;
+        let source_name = weights.describe();
+        let mut built = Vec::with_capacity(program.weights.len());
+        for (i, w) in program.weights.iter().enumerate() {
+            let recipe = w
+                .recipe
+                .map(|s| Ok::<_, ()>(program.sources.get(s as usize).map(|t| t.key.clone())))
+                .map_err(|_| invalid(format!("weight slot '{}': bad recipe", w.name)))?;
+            let key = format!("{source_name}|{recipe:?}|{}|{:?}", w.dtype, w.shape);
+            if let Some(buf) = cache.get(&key).and_then(Weak::upgrade) {
+                built.push(buf);
+                continue;
+            }
+            let buf = Arc::new(Buf::from_vec(
+                build_weight(&program, i, weights)?.into_bytes(),
+            ));
+            cache.insert(key, Arc::downgrade(&buf));
+            built.push(buf);
+        }
+        let weights = built;
+        let mut consts = Vec::new();
+        for c in &program.constants {
+            let n: usize = c.shape.iter().product();
+            let mut buf = Buf::zeros(n * c.dtype.size_bytes());
+            match &c.values {
+                ConstValues::Float(v) if v.len() == n => {
+                    for (i, &x) in v.iter().enumerate() {
+                        store_f32(buf.bytes_mut(), c.dtype, i, x);
+                    }
+                }
+                ConstValues::Int(v) if v.len() == n => {
+                    for (i, &x) in v.iter().enumerate() {
+                        store_i64(buf.bytes_mut(), c.dtype, i, x);
+                    }
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "constant '{}' {:?} carries the wrong number of values",
+                        c.name, c.shape
+                    )))
+                }
+            }
+            consts.push(buf);
+        }
+        let arena = Buf::zeros(program.arena_bytes as usize);
+        let n_in = program.inputs.len();
+        Ok(CpuExecutable {
+            program,
+            inputs,
+            outputs,
+            donates,
+            weights,
+            consts,
+            arena,
+            input_ptrs: vec![0; n_in],
+            provided: vec![false; n_in],
+        })
+    }
+
+    fn is_state(&self, i: usize) -> bool {
+        self.inputs[i].is_none()
+    }
+
+    fn bind_inputs(&mut self, inputs: &[(&str, &HostTensor)], state: &mut CpuState) -> Result<()> {
+        self.provided.iter_mut().for_each(|p| *p = false);
+        for (name, t) in inputs {
+            let i = self
+                .program
+                .inputs
+                .iter()
+                .position(|x| x.name == *name)
+                .ok_or_else(|| RuntimeError::UnknownInput {
+                    name: name.to_string(),
+                    known: self
+                        .program
+                        .inputs
+                        .iter()
+                        .map(|x| x.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            let io = &self.program.inputs[i];
+            let dtype_ok = t.dtype() == io.dtype || t.dtype() == io.storage;
+            if t.shape() != io.shape.as_slice() || !dtype_ok {
+                return Err(RuntimeError::InputMismatch {
+                    name: io.name.clone(),
+                    expected_shape: io.shape.clone(),
+                    expected_dtype: io.dtype,
+                    found_shape: t.shape().to_vec(),
+                    found_dtype: t.dtype(),
+                });
+            }
+            let dst = if self.is_state(i) {
+                &mut ensure_state(state, io)?.buf
+            } else {
+                self.inputs[i]
+                    .as_mut()
+                    .expect("non-state input has a buffer")
+            };
+            cast_bytes(t.bytes(), t.dtype(), dst.bytes_mut(), io.storage).map_err(|e| {
+                RuntimeError::Tensor {
+                    name: io.name.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+            self.provided[i] = true;
+        }
+        for i in 0..self.program.inputs.len() {
+            let io = &self.program.inputs[i];
+            if self.is_state(i) {
+                self.input_ptrs[i] = ensure_state(state, io)?.buf.ptr() as usize;
+            } else if !self.provided[i] {
+                return Err(RuntimeError::MissingInput {
+                    name: io.name.clone(),
+                    dtype: io.dtype,
+                    shape: io.shape.clone(),
+                });
+            } else {
+                self.input_ptrs[i] = self.inputs[i].as_mut().expect("buffer").ptr() as usize;
+            }
+        }
+        Ok(())
+    }
+
+    fn base(&mut self, slot: Slot) -> *mut u8 {
+        match slot {
+            Slot::Input(i) => self.input_ptrs[i as usize] as *mut u8,
+            Slot::Output(i) => match self.donates[i as usize] {
+                Some(j) => self.input_ptrs[j] as *mut u8,
+                None => self.outputs[i as usize].as_mut().expect("buffer").ptr(),
+            },
+            Slot::Weight(i) => self.weights[i as usize].const_ptr(),
+            Slot::Const(i) => self.consts[i as usize].ptr(),
+            Slot::Arena => self.arena.ptr(),
+        }
+    }
+}
+
+/// The state buffer for a state input, created zeroed on first use.
+fn ensure_state<'a>(state: &'a mut CpuState, io: &IoTensor) -> Result<&'a mut StateBuf> {
+    let s = state
+        .bufs
+        .entry(io.name.clone())
+        .or_insert_with(|| StateBuf {
+            dtype: io.storage,
+            shape: io.shape.clone(),
+            buf: Buf::zeros(io_bytes(io)),
+        });
+    if s.dtype != io.storage || s.shape != io.shape {
+        return Err(RuntimeError::State {
+            name: io.name.clone(),
+            message: format!(
+                "the shared buffer is {}{:?}, this program needs {}{:?}",
+                s.dtype, s.shape, io.storage, io.shape
+            ),
+        });
+    }
+    Ok(s)
+}
+
+impl Executable for CpuExecutable {
+    fn program(&self) -> &Program {
+        &self.program
+    }
+
+    fn new_state(&self) -> Box<dyn DeviceState> {
+        Box::new(CpuState::default())
+    }
+
+    fn run(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        state: &mut dyn DeviceState,
+    ) -> Result<Vec<(String, HostTensor)>> {
+        let state = state
+            .as_any_mut()
+            .downcast_mut::<CpuState>()
+            .ok_or_else(|| RuntimeError::State {
+                name: String::new(),
+                message: "the state belongs to another backend".into(),
+            })?;
+        self.bind_inputs(inputs, state)?;
+        let n_steps = self.program.steps.len();
+        let mut ins: Vec<View> = Vec::with_capacity(8);
+        let mut outs: Vec<View> = Vec::with_capacity(2);
+        for si in 0..n_steps {
+            ins.clear();
+            outs.clear();
+            // SAFETY of the views: every binding lies inside its slot (validated at
+            // prepare); the buffers live in self/state for the whole run.
+            let step: &Step = &self.program.steps[si];
+            let step_ptr = step as *const Step;
+            // SAFETY: `self.program` is not modified during the run; `base` only reads
+            // the buffer pointers.
+            let step: &Step = unsafe { &*step_ptr };
+            for b in &step.inputs {
+                let p = unsafe { self.base(b.slot).add(b.byte_offset as usize) };
+                ins.push(View {
+                    ptr: p,
+                    dtype: b.dtype,
+                    shape: &b.shape,
+                    strides: &b.strides,
+                });
+            }
+            for b in &step.outputs {
+                let p = unsafe { self.base(b.slot).add(b.byte_offset as usize) };
+                outs.push(View {
+                    ptr: p,
+                    dtype: b.dtype,
+                    shape: &b.shape,
+                    strides: &b.strides,
+                });
+            }
+            exec_step(&step.kernel, &ins, &outs).map_err(|message| RuntimeError::Step {
+                step: si,
+                origin: step.origin.clone(),
+                kernel: step.kernel.kind(),
+                message,
+            })?;
+        }
+        let mut result = Vec::new();
+        for (oi, o) in self.program.outputs.iter().enumerate() {
+            if let Some(buf) = &self.outputs[oi] {
+                let mut t = HostTensor::zeros(o.dtype, o.shape.clone());
+                cast_bytes(buf.bytes(), o.storage, t.bytes_mut(), o.dtype).map_err(|e| {
+                    RuntimeError::Tensor {
+                        name: o.name.clone(),
+                        message: e.to_string(),
+                    }
+                })?;
+                result.push((o.name.clone(), t));
+            }
+        }
+        Ok(result)
+    }
+}
+
+fn need(
+    ins: &[View],
+    outs: &[View],
+    n_in: std::ops::RangeInclusive<usize>,
+    n_out: usize,
+) -> Result<(), String> {
+    if !n_in.contains(&ins.len()) || outs.len() != n_out {
+        return Err(format!(
+            "expects {n_in:?} inputs and {n_out} outputs, got {} and {}",
+            ins.len(),
+            outs.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Runs one kernel over its views.
+pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String> {
+    match kernel {
+        Kernel::Gemm { alpha, beta, act } => {
+            need(ins, outs, 2..=3, 1)?;
+            gemm::gemm_kernel(*alpha, *beta, *act, &ins[0], &ins[1], ins.get(2), &outs[0])
+        }
+        Kernel::Conv2d {
+            stride,
+            padding,
+            dilation,
+            groups,
+            act,
+        } => {
+            need(ins, outs, 2..=3, 1)?;
+            let p = conv::ConvParams {
+                stride: *stride,
+                padding: *padding,
+                dilation: *dilation,
+                groups: *groups,
+                act: *act,
+            };
+            conv::conv2d(&p, &ins[0], &ins[1], ins.get(2), &outs[0])
+        }
+        Kernel::Pool2d {
+            kind,
+            kernel,
+            stride,
+            padding,
+            dilation,
+        } => {
+            need(ins, outs, 1..=1, 1)?;
+            pool::pool2d(
+                *kind, *kernel, *stride, *padding, *dilation, &ins[0], &outs[0],
+            )
+        }
+        Kernel::AdaptiveAvgPool2d => {
+            need(ins, outs, 1..=1, 1)?;
+            pool::adaptive_avg_pool2d(&ins[0], &outs[0])
+        }
+        Kernel::Elementwise { expr } => {
+            need(ins, outs, 0..=usize::MAX, 1)?;
+            elementwise::elementwise(expr, ins, &outs[0])
+        }
+        Kernel::Softmax { scale } => {
+            need(ins, outs, 1..=2, 1)?;
+            softmax::softmax(*scale, &ins[0], ins.get(1), &outs[0])
+        }
+        Kernel::RmsNorm { eps } => {
+            need(ins, outs, 2..=2, 1)?;
+            norm::rms_norm(*eps, &ins[0], &ins[1], &outs[0])
+        }
+        Kernel::LayerNorm {
+            eps,
+            has_weight,
+            has_bias,
+        } => {
+            let n = 1 + usize::from(*has_weight) + usize::from(*has_bias);
+            need(ins, outs, n..=n, 1)?;
+            let w = has_weight.then(|| &ins[1]);
+            let b = has_bias.then(|| &ins[n - 1]);
+            norm::layer_norm(*eps, &ins[0], w, b, &outs[0])
+        }
+        Kernel::Reduce { op, reduced } => {
+            need(ins, outs, 1..=1, 1)?;
+            norm::reduce(*op, *reduced, &ins[0], &outs[0])
+        }
+        Kernel::Embedding => {
+            need(ins, outs, 2..=2, 1)?;
+            embedding::embedding(&ins[0], &ins[1], &outs[0])
+        }
+        Kernel::IndexCopy { axis } => {
+            need(ins, outs, 2..=2, 1)?;
+            index_copy::index_copy(*axis, &ins[0], &ins[1], &outs[0])
+        }
+        Kernel::Rope => {
+            need(ins, outs, 3..=3, 1)?;
+            rope::rope(&ins[0], &ins[1], &ins[2], &outs[0])
+        }
+        Kernel::Attention { scale, causal } => {
+            need(ins, outs, 3..=4, 1)?;
+            attention::attention(
+                *scale,
+                *causal,
+                &ins[0],
+                &ins[1],
+                &ins[2],
+                ins.get(3),
+                &outs[0],
+            )
+        }
+        Kernel::Copy => {
+            need(ins, outs, 1..=1, 1)?;
+            copy::copy(&ins[0], &outs[0])
+        }
+        Kernel::Fill { value } => {
+            need(ins, outs, 0..=0, 1)?;
+            copy::fill(*value, &outs[0])
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! RMSNorm, LayerNorm and trailing-dim reductions (f32 math, f64 sums).
+
+use super::view::{offset_in, with_scratch, View};
+use npu_compiler::expr::round_to;
+use npu_compiler::program::ReduceOp;
+use rayon::prelude::*;
+
+fn rows_of<'a>(x: &View<'a>, out: &View, what: &str) -> Result<(&'a [usize], usize), String> {
+    let r = x.rank();
+    if r == 0 || out.shape != x.shape {
+        return Err(format!(
+            "{what}: input {:?} and output {:?} must share one shape of rank >= 1",
+            x.shape, out.shape
+        ));
+    }
+    Ok((&x.shape[..r - 1], x.shape[r - 1]))
+}
+
+fn check_vec(v: &View, d: usize, what: &str) -> Result<(), String> {
+    if v.numel() != d {
+        return Err(format!("{what} has shape {:?}, expected [{d}]", v.shape));
+    }
+    Ok(())
+}
+
+/// out = round(x * rsqrt(mean(x^2) + eps)) * w: the normalized value is rounded to the
+/// storage dtype before the weight multiplies it, as PyTorch's Qwen2/Llama RMSNorm does.
+pub fn rms_norm(eps: f32, x: &View, w: &View, out: &View) -> Result<(), String> {
+    let (lead, d) = rows_of(x, out, "rms_norm")?;
+    check_vec(w, d, "weight")?;
+    let r = x.rank();
+    let ws = *w.strides.last().unwrap_or(&1);
+    let rows: usize = lead.iter().product();
+    (0..rows).into_par_iter().for_each(|row| {
+        with_scratch(0, 2 * d, |s| {
+            let (v, wv) = s.split_at_mut(d);
+            x.gather(
+                offset_in(lead, &x.strides[..r - 1], row),
+                x.strides[r - 1],
+                v,
+            );
+            w.gather(0, ws, wv);
+            let ss: f64 = v.iter().map(|&a| f64::from(a) * f64::from(a)).sum();
+            let inv = 1.0 / ((ss / d.max(1) as f64) as f32 + eps).sqrt();
+            for (a, &g) in v.iter_mut().zip(wv.iter()) {
+                *a = round_to(out.dtype, *a * inv) * g;
+            }
+            out.scatter(
+                offset_in(lead, &out.strides[..r - 1], row),
+                out.strides[r - 1],
+                v,
+            );
+        })
+    });
+    Ok(())
+}
+
+pub fn layer_norm(
+    eps: f32,
+    x: &View,
+    w: Option<&View>,
+    b: Option<&View>,
+    out: &View,
+) -> Result<(), String> {
+    let (lead, d) = rows_of(x, out, "layer_norm")?;
+    if let Some(w) = w {
+        check_vec(w, d, "weight")?;
+    }
+    if let Some(b) = b {
+        check_vec(b, d, "bias")?;
+    }
+    let r = x.rank();
+    let rows: usize = lead.iter().product();
+    (0..rows).into_par_iter().for_each(|row| {
+        with_scratch(0, 2 * d, |s| {
+            let (v, t) = s.split_at_mut(d);
+            x.gather(
+                offset_in(lead, &x.strides[..r - 1], row),
+                x.strides[r - 1],
+                v,
+            );
+            let mean = v.iter().map(|&a| f64::from(a)).sum::<f64>() / d.max(1) as f64;
+            let var = v
+                .iter()
+                .map(|&a| (f64::from(a) - mean).powi(2))
+                .sum::<f64>()
+                / d.max(1) as f64;
+            let inv = 1.0 / (var + f64::from(eps)).sqrt();
+            for a in v.iter_mut() {
+                *a = ((f64::from(*a) - mean) * inv) as f32;
+            }
+            if let Some(w) = w {
+                w.gather(0, *w.strides.last().unwrap_or(&1), t);
+                for (a, &g) in v.iter_mut().zip(t.iter()) {
+                    *a *= g;
+                }
+            }
+            if let Some(b) = b {
+                b.gather(0, *b.strides.last().unwrap_or(&1), t);
+                for (a, &g) in v.iter_mut().zip(t.iter()) {
+                    *a += g;
+                }
+            }
+            out.scatter(
+                offset_in(lead, &out.strides[..r - 1], row),
+                out.strides[r - 1],
+                v,
+            );
+        })
+    });
+    Ok(())
+}
+
+/// Reduces the trailing `reduced` dims of x; out has x's leading dims' element count.
+pub fn reduce(op: ReduceOp, reduced: usize, x: &View, out: &View) -> Result<(), String> {
+    let r = x.rank();
+    if reduced > r {
+        return Err(format!("reduces {reduced} dims of a rank-{r} input"));
+    }
+    let (lead, tail) = x.shape.split_at(r - reduced);
+    let (ls, ts) = x.strides.split_at(r - reduced);
+    let rows: usize = lead.iter().product();
+    if out.numel() != rows {
+        return Err(format!(
+            "output {:?} does not hold the {rows} leading elements of {:?}",
+            out.shape, x.shape
+        ));
+    }
+    let n: usize = tail.iter().product();
+    (0..rows).into_par_iter().for_each(|row| {
+        let base = offset_in(lead, ls, row);
+        let mut s = 0.0f64;
+        for i in 0..n {
+            s += f64::from(x.ld(base + offset_in(tail, ts, i)));
+        }
+        if op == ReduceOp::Mean {
+            s /= n.max(1) as f64;
+        }
+        out.st(offset_in(out.shape, out.strides, row), s as f32);
+    });
+    Ok(())
+}

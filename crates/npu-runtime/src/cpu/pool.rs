@@ -1,0 +1,124 @@
+//! NCHW max/average pooling and adaptive average pooling (ATen window semantics).
+
+use super::view::View;
+use npu_compiler::program::PoolKind;
+use rayon::prelude::*;
+
+fn nchw<'a>(x: &View<'a>, out: &View) -> Result<(), String> {
+    if x.rank() != 4 || out.rank() != 4 || x.shape[..2] != out.shape[..2] {
+        return Err(format!(
+            "expects x [N,C,H,W] and out [N,C,OH,OW], got {:?} and {:?}",
+            x.shape, out.shape
+        ));
+    }
+    Ok(())
+}
+
+pub fn pool2d(
+    kind: PoolKind,
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+    x: &View,
+    out: &View,
+) -> Result<(), String> {
+    nchw(x, out)?;
+    if k.contains(&0) || s.contains(&0) {
+        return Err(format!("kernel {k:?} and stride {s:?} must be positive"));
+    }
+    let (n, c, h, w) = (
+        x.shape[0],
+        x.shape[1],
+        x.shape[2] as isize,
+        x.shape[3] as isize,
+    );
+    let (oh, ow) = (out.shape[2], out.shape[3]);
+    (0..n * c).into_par_iter().for_each(|plane| {
+        let (ni, ci) = (plane / c, plane % c);
+        let xb = ni * x.strides[0] + ci * x.strides[1];
+        let ob = ni * out.strides[0] + ci * out.strides[1];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let hs = (oy * s[0]) as isize - p[0] as isize;
+                let ws = (ox * s[1]) as isize - p[1] as isize;
+                let v = match kind {
+                    PoolKind::Max => {
+                        let mut m = f32::NEG_INFINITY;
+                        for i in 0..k[0] {
+                            let yy = hs + (i * d[0]) as isize;
+                            if yy < 0 || yy >= h {
+                                continue;
+                            }
+                            for j in 0..k[1] {
+                                let xx = ws + (j * d[1]) as isize;
+                                if xx < 0 || xx >= w {
+                                    continue;
+                                }
+                                let v = x.ld(xb
+                                    + yy as usize * x.strides[2]
+                                    + xx as usize * x.strides[3]);
+                                if v > m || v.is_nan() {
+                                    m = v;
+                                }
+                            }
+                        }
+                        m
+                    }
+                    PoolKind::Avg {
+                        count_include_pad,
+                        divisor,
+                    } => {
+                        let he = (hs + k[0] as isize).min(h + p[0] as isize);
+                        let we = (ws + k[1] as isize).min(w + p[1] as isize);
+                        let pool = (he - hs) * (we - ws);
+                        let (h0, w0) = (hs.max(0), ws.max(0));
+                        let (h1, w1) = (he.min(h), we.min(w));
+                        let mut sum = 0.0f32;
+                        for yy in h0..h1 {
+                            for xx in w0..w1 {
+                                sum += x.ld(xb
+                                    + yy as usize * x.strides[2]
+                                    + xx as usize * x.strides[3]);
+                            }
+                        }
+                        let div = match divisor {
+                            Some(dv) => dv as f32,
+                            None if count_include_pad => pool as f32,
+                            None => ((h1 - h0).max(0) * (w1 - w0).max(0)) as f32,
+                        };
+                        sum / div
+                    }
+                };
+                out.st(ob + oy * out.strides[2] + ox * out.strides[3], v);
+            }
+        }
+    });
+    Ok(())
+}
+
+pub fn adaptive_avg_pool2d(x: &View, out: &View) -> Result<(), String> {
+    nchw(x, out)?;
+    let (n, c, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (oh, ow) = (out.shape[2], out.shape[3]);
+    (0..n * c).into_par_iter().for_each(|plane| {
+        let (ni, ci) = (plane / c, plane % c);
+        let xb = ni * x.strides[0] + ci * x.strides[1];
+        let ob = ni * out.strides[0] + ci * out.strides[1];
+        for oy in 0..oh {
+            let (h0, h1) = (oy * h / oh, ((oy + 1) * h).div_ceil(oh));
+            for ox in 0..ow {
+                let (w0, w1) = (ox * w / ow, ((ox + 1) * w).div_ceil(ow));
+                let mut sum = 0.0f32;
+                for yy in h0..h1 {
+                    for xx in w0..w1 {
+                        sum += x.ld(xb + yy * x.strides[2] + xx * x.strides[3]);
+                    }
+                }
+                let cnt = ((h1 - h0) * (w1 - w0)).max(1) as f32;
+                out.st(ob + oy * out.strides[2] + ox * out.strides[3], sum / cnt);
+            }
+        }
+    });
+    Ok(())
+}

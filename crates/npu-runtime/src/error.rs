@@ -1,0 +1,73 @@
+//! Runtime errors: every variant names the thing at fault (tensor, step, file).
+
+use npu_ir::DType;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a valid safetensors file: {message}")]
+    BadSafetensors { path: String, message: String },
+    #[error("{path}: tensor '{name}' has unsupported dtype {dtype}")]
+    UnsupportedFileDType {
+        path: String,
+        name: String,
+        dtype: String,
+    },
+    #[error("weight '{key}' is missing from {file} (the program needs it{extra})")]
+    MissingWeight {
+        key: String,
+        file: String,
+        extra: String,
+    },
+    #[error("weight '{key}' in {file}: expected {expected_dtype}{expected_shape:?}, found {found_dtype}{found_shape:?}")]
+    WeightMismatch {
+        key: String,
+        file: String,
+        expected_shape: Vec<usize>,
+        expected_dtype: DType,
+        found_shape: Vec<usize>,
+        found_dtype: DType,
+    },
+    #[error("weight slot '{slot}': {message}")]
+    Recipe { slot: String, message: String },
+    #[error("unknown input '{name}' (the program's inputs: {known})")]
+    UnknownInput { name: String, known: String },
+    #[error("missing input '{name}' {dtype}{shape:?}")]
+    MissingInput {
+        name: String,
+        dtype: DType,
+        shape: Vec<usize>,
+    },
+    #[error("input '{name}': expected {expected_dtype}{expected_shape:?}, got {found_dtype}{found_shape:?}")]
+    InputMismatch {
+        name: String,
+        expected_shape: Vec<usize>,
+        expected_dtype: DType,
+        found_shape: Vec<usize>,
+        found_dtype: DType,
+    },
+    #[error("state '{name}': {message}")]
+    State { name: String, message: String },
+    #[error("invalid program: {0}")]
+    InvalidProgram(String),
+    #[error("step {step} ({origin}, {kernel}): {message}")]
+    Step {
+        step: usize,
+        origin: String,
+        kernel: &'static str,
+        message: String,
+    },
+    #[error("tensor '{name}': {message}")]
+    Tensor { name: String, message: String },
+    #[error("cannot convert {from} to {to}")]
+    Conversion { from: DType, to: DType },
+    #[error("backend '{0}' is not available (known: cpu)")]
+    UnknownBackend(String),
+}
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

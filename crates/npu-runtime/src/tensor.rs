@@ -1,0 +1,323 @@
+//! Host tensors (dtype + shape + little-endian bytes), element conversions and
+//! safetensors read/write helpers.
+
+use crate::error::{Result, RuntimeError};
+use half::{bf16, f16};
+use npu_ir::DType;
+use safetensors::Dtype as StDtype;
+use std::path::Path;
+
+/// A tensor in host memory, stored as its dtype's little-endian bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl HostTensor {
+    /// Checks that `data` holds exactly `shape`'s elements of `dtype`.
+    pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<HostTensor> {
+        let want = shape.iter().product::<usize>() * dtype.size_bytes();
+        if data.len() != want {
+            return Err(RuntimeError::Tensor {
+                name: String::new(),
+                message: format!("{dtype}{shape:?} needs {want} bytes, got {}", data.len()),
+            });
+        }
+        Ok(HostTensor { dtype, shape, data })
+    }
+
+    pub fn zeros(dtype: DType, shape: Vec<usize>) -> HostTensor {
+        let n = shape.iter().product::<usize>() * dtype.size_bytes();
+        HostTensor {
+            dtype,
+            shape,
+            data: vec![0; n],
+        }
+    }
+
+    pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> HostTensor {
+        Self::from_f32_as(DType::F32, shape, values)
+    }
+
+    /// Stores f32 values as `dtype` (round-to-nearest-even for floats, truncation for ints).
+    pub fn from_f32_as(dtype: DType, shape: Vec<usize>, values: &[f32]) -> HostTensor {
+        let mut t = HostTensor::zeros(dtype, shape);
+        for (i, &v) in values.iter().enumerate().take(t.numel()) {
+            store_f32(&mut t.data, dtype, i, v);
+        }
+        t
+    }
+
+    pub fn from_i64(shape: Vec<usize>, values: &[i64]) -> HostTensor {
+        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        HostTensor {
+            dtype: DType::I64,
+            shape,
+            data,
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.data
+    }
+
+    /// Every element widened to f32 (integers converted by value).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        (0..self.numel())
+            .map(|i| load_f32(&self.data, self.dtype, i))
+            .collect()
+    }
+
+    /// Every element as i64 (floats truncated).
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        (0..self.numel())
+            .map(|i| load_i64(&self.data, self.dtype, i))
+            .collect()
+    }
+
+    /// Converts to `dtype`: floats round to nearest even, ints convert by value; a float
+    /// with a fractional part never silently becomes an integer.
+    pub fn cast(&self, dtype: DType) -> Result<HostTensor> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        let mut out = HostTensor::zeros(dtype, self.shape.clone());
+        cast_bytes(&self.data, self.dtype, &mut out.data, dtype)?;
+        Ok(out)
+    }
+}
+
+/// Converts `n` elements between dtypes; float -> int is refused.
+pub fn cast_bytes(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> Result<()> {
+    let n = dst.len() / to.size_bytes().max(1);
+    if from == to {
+        dst.copy_from_slice(&src[..dst.len()]);
+        return Ok(());
+    }
+    match (from.is_float(), to.is_float()) {
+        (false, false) => {
+            for i in 0..n {
+                store_i64(dst, to, i, load_i64(src, from, i));
+            }
+        }
+        (_, true) => {
+            if from == DType::F64 && to == DType::F32 {
+                for i in 0..n {
+                    store_f32(dst, to, i, load_f64(src, from, i) as f32);
+                }
+            } else if from == DType::F64 {
+                for i in 0..n {
+                    store_f64(dst, to, i, load_f64(src, from, i));
+                }
+            } else {
+                for i in 0..n {
+                    store_f32(dst, to, i, load_f32(src, from, i));
+                }
+            }
+        }
+        (true, false) => return Err(RuntimeError::Conversion { from, to }),
+    }
+    Ok(())
+}
+
+fn arr<const N: usize>(b: &[u8], i: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[i * N..i * N + N]);
+    a
+}
+
+/// Element `i` of a byte buffer of `dt`, widened to f32.
+pub fn load_f32(b: &[u8], dt: DType, i: usize) -> f32 {
+    match dt {
+        DType::F32 => f32::from_le_bytes(arr(b, i)),
+        DType::F64 => f64::from_le_bytes(arr(b, i)) as f32,
+        DType::F16 => f16::from_le_bytes(arr(b, i)).to_f32(),
+        DType::BF16 => bf16::from_le_bytes(arr(b, i)).to_f32(),
+        _ => load_i64(b, dt, i) as f32,
+    }
+}
+
+pub fn load_f64(b: &[u8], dt: DType, i: usize) -> f64 {
+    match dt {
+        DType::F64 => f64::from_le_bytes(arr(b, i)),
+        DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::Bool => {
+            load_i64(b, dt, i) as f64
+        }
+        _ => f64::from(load_f32(b, dt, i)),
+    }
+}
+
+pub fn load_i64(b: &[u8], dt: DType, i: usize) -> i64 {
+    match dt {
+        DType::I64 => i64::from_le_bytes(arr(b, i)),
+        DType::I32 => i64::from(i32::from_le_bytes(arr(b, i))),
+        DType::I16 => i64::from(i16::from_le_bytes(arr(b, i))),
+        DType::I8 => i64::from(b[i] as i8),
+        DType::U8 => i64::from(b[i]),
+        DType::Bool => i64::from(b[i] != 0),
+        _ => load_f64(b, dt, i) as i64,
+    }
+}
+
+/// Stores an f32 into element `i`, rounding to `dt` (RNE for floats).
+pub fn store_f32(b: &mut [u8], dt: DType, i: usize, v: f32) {
+    match dt {
+        DType::F32 => b[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes()),
+        DType::F64 => b[i * 8..i * 8 + 8].copy_from_slice(&f64::from(v).to_le_bytes()),
+        DType::F16 => b[i * 2..i * 2 + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes()),
+        DType::BF16 => b[i * 2..i * 2 + 2].copy_from_slice(&bf16::from_f32(v).to_le_bytes()),
+        DType::Bool => b[i] = u8::from(v != 0.0),
+        _ => store_i64(b, dt, i, v as i64),
+    }
+}
+
+pub fn store_f64(b: &mut [u8], dt: DType, i: usize, v: f64) {
+    match dt {
+        DType::F64 => b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes()),
+        DType::F16 => b[i * 2..i * 2 + 2].copy_from_slice(&f16::from_f64(v).to_le_bytes()),
+        DType::BF16 => b[i * 2..i * 2 + 2].copy_from_slice(&bf16::from_f64(v).to_le_bytes()),
+        _ => store_f32(b, dt, i, v as f32),
+    }
+}
+
+pub fn store_i64(b: &mut [u8], dt: DType, i: usize, v: i64) {
+    match dt {
+        DType::I64 => b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes()),
+        DType::I32 => b[i * 4..i * 4 + 4].copy_from_slice(&(v as i32).to_le_bytes()),
+        DType::I16 => b[i * 2..i * 2 + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+        DType::I8 => b[i] = v as i8 as u8,
+        DType::U8 => b[i] = v as u8,
+        DType::Bool => b[i] = u8::from(v != 0),
+        _ => store_f64(b, dt, i, v as f64),
+    }
+}
+
+pub fn dtype_from_safetensors(d: StDtype) -> Option<DType> {
+    Some(match d {
+        StDtype::BOOL => DType::Bool,
+        StDtype::U8 => DType::U8,
+        StDtype::I8 => DType::I8,
+        StDtype::I16 => DType::I16,
+        StDtype::I32 => DType::I32,
+        StDtype::I64 => DType::I64,
+        StDtype::F16 => DType::F16,
+        StDtype::BF16 => DType::BF16,
+        StDtype::F32 => DType::F32,
+        StDtype::F64 => DType::F64,
+        _ => return None,
+    })
+}
+
+pub fn dtype_to_safetensors(d: DType) -> StDtype {
+    match d {
+        DType::Bool => StDtype::BOOL,
+        DType::U8 => StDtype::U8,
+        DType::I8 => StDtype::I8,
+        DType::I16 => StDtype::I16,
+        DType::I32 => StDtype::I32,
+        DType::I64 => StDtype::I64,
+        DType::F16 => StDtype::F16,
+        DType::BF16 => StDtype::BF16,
+        DType::F32 => StDtype::F32,
+        DType::F64 => StDtype::F64,
+    }
+}
+
+/// Reads every tensor of a safetensors file (in file order).
+pub fn read_safetensors(path: &Path) -> Result<Vec<(String, HostTensor)>> {
+    let p = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| RuntimeError::Io {
+        path: p.clone(),
+        source,
+    })?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+        RuntimeError::BadSafetensors {
+            path: p.clone(),
+            message: e.to_string(),
+        }
+    })?;
+    let mut out = Vec::new();
+    for (name, view) in st.iter() {
+        let dtype = dtype_from_safetensors(view.dtype()).ok_or_else(|| {
+            RuntimeError::UnsupportedFileDType {
+                path: p.clone(),
+                name: name.to_string(),
+                dtype: format!("{:?}", view.dtype()),
+            }
+        })?;
+        let t = HostTensor::new(dtype, view.shape().to_vec(), view.data().to_vec())?;
+        out.push((name.to_string(), t));
+    }
+    Ok(out)
+}
+
+/// Writes named tensors to a safetensors file.
+pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<()> {
+    let p = path.display().to_string();
+    let views = tensors
+        .iter()
+        .map(|(n, t)| {
+            safetensors::tensor::TensorView::new(
+                dtype_to_safetensors(t.dtype),
+                t.shape.clone(),
+                &t.data,
+            )
+            .map(|v| (n.clone(), v))
+            .map_err(|e| RuntimeError::Tensor {
+                name: n.clone(),
+                message: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize_to_file(views, None, path).map_err(|e| RuntimeError::BadSafetensors {
+        path: p,
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn casts_round_to_nearest_even_and_refuse_float_to_int() {
+        let t = HostTensor::from_f32(vec![2], &[1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0]);
+        let b = t.cast(DType::BF16).unwrap();
+        assert_eq!(b.to_f32_vec(), vec![1.0, 1.0 + 4.0 / 256.0]);
+        assert!(t.cast(DType::I64).is_err());
+        let i = HostTensor::from_i64(vec![2], &[7, -3]);
+        assert_eq!(i.cast(DType::I32).unwrap().to_i64_vec(), vec![7, -3]);
+    }
+
+    #[test]
+    fn safetensors_round_trip() {
+        let dir = std::env::temp_dir().join(format!("npu-rt-st-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.safetensors");
+        let a = HostTensor::from_f32(vec![2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let b = HostTensor::from_i64(vec![3], &[1, 2, 3]);
+        write_safetensors(&path, &[("a".into(), a.clone()), ("b".into(), b.clone())]).unwrap();
+        let r = read_safetensors(&path).unwrap();
+        let get = |n: &str| r.iter().find(|(k, _)| k == n).unwrap().1.clone();
+        assert_eq!(get("a"), a);
+        assert_eq!(get("b"), b);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

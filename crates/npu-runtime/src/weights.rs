@@ -1,0 +1,336 @@
+//! Weight loading: memory-mapped safetensors, validation of every source tensor the program
+//! names, and the load-time recipes (load/cast, BN folding, channel padding).
+
+use crate::error::{Result, RuntimeError};
+use crate::tensor::{cast_bytes, dtype_from_safetensors, load_f64, store_f64, HostTensor};
+use npu_compiler::program::{Recipe, SourceTensor, WeightSlot};
+use npu_compiler::Program;
+use npu_ir::DType;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A borrowed tensor in a weight source.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorRef<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub bytes: &'a [u8],
+}
+
+/// Where weights come from: anything that can look a tensor up by its key.
+pub trait WeightSource {
+    /// A name for messages (the file path).
+    fn describe(&self) -> String;
+    fn get(&self, key: &str) -> Option<TensorRef<'_>>;
+}
+
+/// A memory-mapped safetensors file.
+pub struct SafetensorsFile {
+    path: String,
+    mmap: memmap2::Mmap,
+    tensors: HashMap<String, (DType, Vec<usize>, usize, usize)>,
+}
+
+impl SafetensorsFile {
+    pub fn open(path: &Path) -> Result<SafetensorsFile> {
+        let p = path.display().to_string();
+        let io = |source| RuntimeError::Io {
+            path: p.clone(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the file is mapped read-only; a concurrent truncation by another process
+        // is outside what this program can defend against, as with every mmap reader.
+        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let bad = |message: String| RuntimeError::BadSafetensors {
+            path: p.clone(),
+            message,
+        };
+        let (n, meta) =
+            safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| bad(e.to_string()))?;
+        let base = 8 + n;
+        let mut tensors = HashMap::new();
+        for (name, info) in meta.tensors() {
+            let dtype = dtype_from_safetensors(info.dtype).ok_or_else(|| {
+                RuntimeError::UnsupportedFileDType {
+                    path: p.clone(),
+                    name: name.clone(),
+                    dtype: format!("{:?}", info.dtype),
+                }
+            })?;
+            let (s, e) = info.data_offsets;
+            let want = info.shape.iter().product::<usize>() * dtype.size_bytes();
+            if e < s || base + e > mmap.len() || e - s != want {
+                return Err(bad(format!(
+                    "tensor '{name}' has bad data offsets {s}..{e}"
+                )));
+            }
+            tensors.insert(name, (dtype, info.shape.clone(), base + s, base + e));
+        }
+        Ok(SafetensorsFile {
+            path: p,
+            mmap,
+            tensors,
+        })
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+}
+
+impl WeightSource for SafetensorsFile {
+    fn describe(&self) -> String {
+        self.path.clone()
+    }
+    fn get(&self, key: &str) -> Option<TensorRef<'_>> {
+        let (dtype, shape, s, e) = self.tensors.get(key)?;
+        Some(TensorRef {
+            dtype: *dtype,
+            shape,
+            bytes: &self.mmap[*s..*e],
+        })
+    }
+}
+
+/// In-memory weights (tests, programmatic use).
+#[derive(Default)]
+pub struct MemoryWeights(pub HashMap<String, HostTensor>);
+
+impl WeightSource for MemoryWeights {
+    fn describe(&self) -> String {
+        "in-memory weights".into()
+    }
+    fn get(&self, key: &str) -> Option<TensorRef<'_>> {
+        let t = self.0.get(key)?;
+        Some(TensorRef {
+            dtype: t.dtype(),
+            shape: t.shape(),
+            bytes: t.bytes(),
+        })
+    }
+}
+
+/// Looks up and validates one source tensor.
+fn source<'a>(src: &'a dyn WeightSource, decl: &SourceTensor) -> Result<TensorRef<'a>> {
+    let t = src
+        .get(&decl.key)
+        .ok_or_else(|| RuntimeError::MissingWeight {
+            key: decl.key.clone(),
+            file: src.describe(),
+            extra: format!(" as {}{:?}", decl.dtype, decl.shape),
+        })?;
+    let dtype_ok = t.dtype == decl.dtype || (t.dtype.is_float() && decl.dtype.is_float());
+    if t.shape != decl.shape.as_slice() || !dtype_ok {
+        return Err(RuntimeError::WeightMismatch {
+            key: decl.key.clone(),
+            file: src.describe(),
+            expected_shape: decl.shape.clone(),
+            expected_dtype: decl.dtype,
+            found_shape: t.shape.to_vec(),
+            found_dtype: t.dtype,
+        });
+    }
+    Ok(t)
+}
+
+/// Checks every source the program reads, reporting all missing keys at once.
+pub fn check_sources(program: &Program, src: &dyn WeightSource) -> Result<()> {
+    let missing: Vec<&str> = program
+        .sources
+        .iter()
+        .filter(|s| src.get(&s.key).is_none())
+        .map(|s| s.key.as_str())
+        .collect();
+    if missing.len() > 1 {
+        return Err(RuntimeError::MissingWeight {
+            key: missing.join("', '"),
+            file: src.describe(),
+            extra: format!("; {} tensors missing", missing.len()),
+        });
+    }
+    for s in &program.sources {
+        source(src, s)?;
+    }
+    Ok(())
+}
+
+/// Builds every weight slot of the program, in slot order, in the slot's dtype.
+pub fn build_weights(program: &Program, src: &dyn WeightSource) -> Result<Vec<HostTensor>> {
+    check_sources(program, src)?;
+    program
+        .weights
+        .iter()
+        .map(|w| build_slot(program, w, src))
+        .collect()
+}
+
+/// Builds weight slot `index` (call [`check_sources`] first for one error listing every
+/// missing key); lets a backend upload slot by slot without holding a second copy of all
+/// weights on the host.
+pub fn build_weight(program: &Program, index: usize, src: &dyn WeightSource) -> Result<HostTensor> {
+    let w = program
+        .weights
+        .get(index)
+        .ok_or_else(|| RuntimeError::InvalidProgram(format!("no weight slot {index}")))?;
+    build_slot(program, w, src)
+}
+
+fn f64s(t: TensorRef<'_>) -> Vec<f64> {
+    (0..t.shape.iter().product::<usize>())
+        .map(|i| load_f64(t.bytes, t.dtype, i))
+        .collect()
+}
+
+fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Result<HostTensor> {
+    let err = |message: String| RuntimeError::Recipe {
+        slot: w.name.clone(),
+        message,
+    };
+    let get = |i: u32| -> Result<TensorRef<'_>> {
+        let decl = program
+            .sources
+            .get(i as usize)
+            .ok_or_else(|| err(format!("source index {i} out of range")))?;
+        source(src, decl)
+    };
+    let opt =
+        |i: Option<u32>| -> Result<Option<Vec<f64>>> { i.map(|i| get(i).map(f64s)).transpose() };
+    // Load: convert directly (no f64 round trip, no whole-model temporaries).
+    if let Recipe::Load { source: s } = w.recipe {
+        let t = get(s)?;
+        if t.shape == w.shape.as_slice() {
+            let mut out = HostTensor::zeros(w.dtype, w.shape.clone());
+            cast_bytes(t.bytes, t.dtype, out.bytes_mut(), w.dtype)
+                .map_err(|e| err(e.to_string()))?;
+            return Ok(out);
+        }
+        let vals = f64s(t);
+        return pad_into(w, &vals, t.shape).map_err(err);
+    }
+    let per_channel = |v: &[f64], n: usize, what: &str| -> Result<()> {
+        if v.len() != n {
+            return Err(err(format!("{what} has {} values, expected {n}", v.len())));
+        }
+        Ok(())
+    };
+    let (vals, shape): (Vec<f64>, Vec<usize>) = match w.recipe {
+        Recipe::Load { .. } => unreachable!("handled above"),
+        Recipe::BnFoldWeight {
+            weight,
+            gamma,
+            var,
+            eps,
+        } => {
+            let wt = get(weight)?;
+            let shape = wt.shape.to_vec();
+            let mut v = f64s(wt);
+            let o = shape.first().copied().unwrap_or(1).max(1);
+            let var = f64s(get(var)?);
+            per_channel(&var, o, "running_var")?;
+            let gamma = opt(gamma)?;
+            let per = v.len() / o;
+            for c in 0..o {
+                let g = gamma.as_ref().map_or(1.0, |g| g[c]);
+                let s = g / (var[c] + eps).sqrt();
+                for x in &mut v[c * per..(c + 1) * per] {
+                    *x *= s;
+                }
+            }
+            (v, shape)
+        }
+        Recipe::BnFoldBias {
+            bias,
+            gamma,
+            beta,
+            mean,
+            var,
+            eps,
+        } => {
+            let mean = f64s(get(mean)?);
+            let var = f64s(get(var)?);
+            let c = mean.len();
+            per_channel(&var, c, "running_var")?;
+            let (bias, gamma, beta) = (opt(bias)?, opt(gamma)?, opt(beta)?);
+            let v = (0..c)
+                .map(|i| {
+                    let b = bias.as_ref().map_or(0.0, |b| b[i]);
+                    let g = gamma.as_ref().map_or(1.0, |g| g[i]);
+                    let be = beta.as_ref().map_or(0.0, |b| b[i]);
+                    (b - mean[i]) * g / (var[i] + eps).sqrt() + be
+                })
+                .collect();
+            (v, vec![c])
+        }
+        Recipe::BnScale { gamma, var, eps } => {
+            let var = f64s(get(var)?);
+            let gamma = opt(gamma)?;
+            let v = (0..var.len())
+                .map(|i| gamma.as_ref().map_or(1.0, |g| g[i]) / (var[i] + eps).sqrt())
+                .collect();
+            (v, vec![var.len()])
+        }
+        Recipe::BnShift {
+            gamma,
+            beta,
+            mean,
+            var,
+            eps,
+        } => {
+            let mean = f64s(get(mean)?);
+            let var = f64s(get(var)?);
+            let (gamma, beta) = (opt(gamma)?, opt(beta)?);
+            let v = (0..var.len())
+                .map(|i| {
+                    let g = gamma.as_ref().map_or(1.0, |g| g[i]);
+                    beta.as_ref().map_or(0.0, |b| b[i]) - mean[i] * g / (var[i] + eps).sqrt()
+                })
+                .collect();
+            (v, vec![var.len()])
+        }
+    };
+    pad_into(w, &vals, &shape).map_err(err)
+}
+
+/// Places `vals` (of `shape`) into a zero tensor of the slot's shape: identical shapes,
+/// a per-channel vector into a [1, C, 1, ..] slot, or zero padding of any dim.
+fn pad_into(
+    w: &WeightSlot,
+    vals: &[f64],
+    shape: &[usize],
+) -> std::result::Result<HostTensor, String> {
+    let mut out = HostTensor::zeros(w.dtype, w.shape.clone());
+    let numel = |s: &[usize]| s.iter().product::<usize>();
+    // Drop size-1 dims to compare a [C] vector with a [1, C, 1, 1] slot.
+    let squeeze = |s: &[usize]| s.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+    let (src_shape, dst_shape): (Vec<usize>, Vec<usize>) = if shape.len() == w.shape.len() {
+        (shape.to_vec(), w.shape.clone())
+    } else if numel(shape) == numel(&w.shape) && squeeze(shape) == squeeze(&w.shape) {
+        (vec![numel(shape)], vec![numel(shape)])
+    } else if squeeze(shape).len() <= 1 && squeeze(&w.shape).len() <= 1 {
+        (vec![numel(shape)], vec![numel(&w.shape)])
+    } else {
+        return Err(format!(
+            "recipe result {shape:?} does not fit the slot shape {:?}",
+            w.shape
+        ));
+    };
+    if src_shape.iter().zip(&dst_shape).any(|(s, d)| s > d) {
+        return Err(format!(
+            "recipe result {shape:?} is larger than the slot shape {:?}",
+            w.shape
+        ));
+    }
+    let dst_strides = npu_compiler::program::dense_strides(&dst_shape);
+    let mut idx = vec![0usize; src_shape.len()];
+    for (i, &v) in vals.iter().enumerate().take(numel(&src_shape)) {
+        let mut rem = i;
+        for d in (0..src_shape.len()).rev() {
+            idx[d] = rem % src_shape[d];
+            rem /= src_shape[d];
+        }
+        let off: usize = idx.iter().zip(&dst_strides).map(|(a, b)| a * b).sum();
+        store_f64(out.bytes_mut(), w.dtype, off, v);
+    }
+    Ok(out)
+}

@@ -1,0 +1,664 @@
+//! Every CPU kernel against a straightforward f64 reference, on random odd shapes, batch > 1,
+//! non-contiguous and broadcast (stride 0) bindings, f32/f16/bf16 storage.
+#![allow(clippy::too_many_arguments, clippy::manual_range_contains)]
+
+use npu_compiler::expr::{round_to, Expr, Instr};
+use npu_compiler::program::{dense_strides, Kernel, PoolKind, ReduceOp};
+use npu_ir::{BinaryOp, DType, UnaryOp};
+use npu_runtime::cpu::exec_step;
+use npu_runtime::cpu::view::View;
+use npu_runtime::tensor::{load_f32, store_f32};
+
+struct Rng(u64);
+impl Rng {
+    fn f(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// A tensor with arbitrary strides over its own buffer.
+struct T {
+    dtype: DType,
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl T {
+    fn strided(dtype: DType, shape: &[usize], strides: &[usize], rng: &mut Rng) -> T {
+        let span = 1 + shape
+            .iter()
+            .zip(strides)
+            .map(|(d, s)| (d - 1) * s)
+            .sum::<usize>();
+        let mut data = vec![0u8; span * dtype.size_bytes()];
+        for i in 0..span {
+            store_f32(&mut data, dtype, i, rng.f());
+        }
+        T {
+            dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            data,
+        }
+    }
+    fn rand(dtype: DType, shape: &[usize], rng: &mut Rng) -> T {
+        Self::strided(dtype, shape, &dense_strides(shape), rng)
+    }
+    /// Dense, but stored transposed in the last two dims (a stride swap).
+    fn transposed(dtype: DType, shape: &[usize], rng: &mut Rng) -> T {
+        let r = shape.len();
+        let mut s = shape.to_vec();
+        s.swap(r - 1, r - 2);
+        let mut st = dense_strides(&s);
+        st.swap(r - 1, r - 2);
+        Self::strided(dtype, shape, &st, rng)
+    }
+    fn view(&mut self) -> View<'_> {
+        View {
+            ptr: self.data.as_mut_ptr(),
+            dtype: self.dtype,
+            shape: &self.shape,
+            strides: &self.strides,
+        }
+    }
+    fn off(&self, idx: &[usize]) -> usize {
+        idx.iter().zip(&self.strides).map(|(a, b)| a * b).sum()
+    }
+    fn at(&self, idx: &[usize]) -> f64 {
+        f64::from(load_f32(&self.data, self.dtype, self.off(idx)))
+    }
+    fn set_i(&mut self, idx: &[usize], v: i64) {
+        let o = self.off(idx);
+        npu_runtime::tensor::store_i64(&mut self.data, self.dtype, o, v);
+    }
+}
+
+fn each(shape: &[usize], mut f: impl FnMut(&[usize])) {
+    let n: usize = shape.iter().product();
+    let mut idx = vec![0; shape.len()];
+    for mut lin in 0..n {
+        for d in (0..shape.len()).rev() {
+            idx[d] = lin % shape[d];
+            lin /= shape[d];
+        }
+        f(&idx);
+    }
+}
+
+fn tol(dt: DType) -> f64 {
+    match dt {
+        DType::F16 => 4e-3,
+        DType::BF16 => 2e-2,
+        _ => 1e-4,
+    }
+}
+
+/// Compares out against ref(idx) with a tolerance relative to the output's scale.
+fn check(out: &T, mut reference: impl FnMut(&[usize]) -> f64, what: &str) {
+    let mut want = Vec::new();
+    each(&out.shape, |i| want.push(reference(i)));
+    let scale = want.iter().fold(1e-6f64, |a, b| a.max(b.abs()));
+    let t = tol(out.dtype) * scale.max(1.0);
+    let mut n = 0;
+    each(&out.shape, |i| {
+        let (g, w) = (out.at(i), want[n]);
+        n += 1;
+        assert!(
+            (g - w).abs() <= t,
+            "{what}: at {i:?} got {g}, want {w} (tol {t})"
+        );
+    });
+}
+
+fn run(k: &Kernel, ins: &mut [&mut T], out: &mut T) {
+    let views: Vec<View> = ins
+        .iter_mut()
+        .map(|t| View {
+            ptr: t.data.as_mut_ptr(),
+            dtype: t.dtype,
+            shape: &t.shape,
+            strides: &t.strides,
+        })
+        .collect();
+    exec_step(k, &views, &[out.view()]).unwrap();
+}
+
+fn run_err(k: &Kernel, ins: &mut [&mut T], out: &mut T) -> String {
+    let views: Vec<View> = ins
+        .iter_mut()
+        .map(|t| View {
+            ptr: t.data.as_mut_ptr(),
+            dtype: t.dtype,
+            shape: &t.shape,
+            strides: &t.strides,
+        })
+        .collect();
+    exec_step(k, &views, &[out.view()]).unwrap_err()
+}
+
+#[test]
+fn gemm_matches_reference_on_odd_shapes_strides_and_dtypes() {
+    let mut rng = Rng(7);
+    for &(b, m, k, n) in &[
+        (1, 64, 1, 128),
+        (1, 128, 1, 64),
+        (1, 130, 257, 300),
+        (1, 1, 37, 45),
+        (3, 5, 33, 7),
+        (2, 2, 130, 97),
+        (1, 67, 19, 71),
+        (1, 1, 16, 3),
+    ] {
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            for trans_b in [false, true] {
+                let mut a = T::rand(dt, &[b, m, k], &mut rng);
+                let mut bm = if trans_b {
+                    T::transposed(dt, &[b, k, n], &mut rng)
+                } else {
+                    T::rand(dt, &[b, k, n], &mut rng)
+                };
+                // Bias broadcast over batch and rows.
+                let mut bias = T::strided(dt, &[b, m, n], &[0, 0, 1], &mut rng);
+                let mut out = T::rand(dt, &[b, m, n], &mut rng);
+                let (alpha, beta) = (0.5f32, 2.0f32);
+                let kern = Kernel::Gemm {
+                    alpha,
+                    beta,
+                    act: Some(UnaryOp::Relu),
+                };
+                run(&kern, &mut [&mut a, &mut bm, &mut bias], &mut out);
+                check(
+                    &out,
+                    |i| {
+                        let s: f64 = (0..k)
+                            .map(|kk| a.at(&[i[0], i[1], kk]) * bm.at(&[i[0], kk, i[2]]))
+                            .sum();
+                        (f64::from(alpha) * s + f64::from(beta) * bias.at(i)).max(0.0)
+                    },
+                    &format!("gemm b{b} m{m} k{k} n{n} {dt} trans {trans_b}"),
+                );
+            }
+        }
+    }
+    // Non-contiguous output, broadcast batch of B (stride 0), no bias.
+    let mut a = T::rand(DType::F32, &[2, 3, 5], &mut rng);
+    let mut bm = T::strided(DType::F32, &[2, 5, 4], &[0, 4, 1], &mut rng);
+    let mut out = T::strided(DType::F32, &[2, 3, 4], &[4, 8, 1], &mut rng);
+    run(
+        &Kernel::Gemm {
+            alpha: 1.0,
+            beta: 0.0,
+            act: None,
+        },
+        &mut [&mut a, &mut bm],
+        &mut out,
+    );
+    check(
+        &out,
+        |i| {
+            (0..5)
+                .map(|kk| a.at(&[i[0], i[1], kk]) * bm.at(&[i[0], kk, i[2]]))
+                .sum()
+        },
+        "gemm strided out",
+    );
+}
+
+fn conv_ref(
+    x: &T,
+    w: &T,
+    bias: Option<&T>,
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+    g: usize,
+    i: &[usize],
+) -> f64 {
+    let (c, h, wd) = (x.shape[1], x.shape[2] as isize, x.shape[3] as isize);
+    let (o, cg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+    let og = o / g;
+    let gi = i[1] / og;
+    let _ = c;
+    let mut acc = bias.map_or(0.0, |b| b.at(&[i[1]]));
+    for ci in 0..cg {
+        for a in 0..kh {
+            for bb in 0..kw {
+                let y = (i[2] * s[0] + a * d[0]) as isize - p[0] as isize;
+                let xx = (i[3] * s[1] + bb * d[1]) as isize - p[1] as isize;
+                if y >= 0 && y < h && xx >= 0 && xx < wd {
+                    acc += x.at(&[i[0], gi * cg + ci, y as usize, xx as usize])
+                        * w.at(&[i[1], ci, a, bb]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+#[test]
+fn conv2d_matches_reference_with_groups_stride_padding_dilation() {
+    let mut rng = Rng(11);
+    // (n, c, h, w, o, k, stride, pad, dil, groups)
+    let cases = [
+        (2, 3, 11, 9, 5, 3, 1, 1, 1, 1),
+        (1, 6, 10, 13, 9, 3, 2, 1, 1, 3),
+        (3, 4, 7, 7, 4, 1, 1, 0, 1, 1),
+        (1, 5, 12, 12, 7, 3, 2, 2, 2, 1),
+        (1, 33, 5, 6, 35, 1, 2, 0, 1, 1),
+        (2, 4, 8, 8, 4, 3, 1, 1, 1, 4),
+        (1, 6, 6, 6, 300, 3, 1, 1, 1, 2),
+    ];
+    for &(n, c, h, wd, o, k, s, p, d, g) in &cases {
+        for dt in [DType::F32, DType::F16] {
+            let oh = (h + 2 * p - d * (k - 1) - 1) / s + 1;
+            let ow = (wd + 2 * p - d * (k - 1) - 1) / s + 1;
+            let mut x = T::rand(dt, &[n, c, h, wd], &mut rng);
+            let mut w = T::rand(dt, &[o, c / g, k, k], &mut rng);
+            let mut b = T::rand(dt, &[o], &mut rng);
+            // Output with padded row pitch (non-contiguous) for f16, dense for f32.
+            let mut out = if dt == DType::F16 {
+                T::strided(
+                    dt,
+                    &[n, o, oh, ow],
+                    &[o * oh * (ow + 3), oh * (ow + 3), ow + 3, 1],
+                    &mut rng,
+                )
+            } else {
+                T::rand(dt, &[n, o, oh, ow], &mut rng)
+            };
+            let kern = Kernel::Conv2d {
+                stride: [s, s],
+                padding: [p, p],
+                dilation: [d, d],
+                groups: g,
+                act: Some(UnaryOp::Relu),
+            };
+            run(&kern, &mut [&mut x, &mut w, &mut b], &mut out);
+            check(
+                &out,
+                |i| conv_ref(&x, &w, Some(&b), [s, s], [p, p], [d, d], g, i).max(0.0),
+                &format!("conv {:?} {dt}", (n, c, h, wd, o, k, s, p, d, g)),
+            );
+        }
+    }
+}
+
+#[test]
+fn pooling_matches_aten_semantics() {
+    let mut rng = Rng(3);
+    let mut x = T::rand(DType::F32, &[2, 3, 9, 7], &mut rng);
+    for kind in [
+        PoolKind::Max,
+        PoolKind::Avg {
+            count_include_pad: true,
+            divisor: None,
+        },
+        PoolKind::Avg {
+            count_include_pad: false,
+            divisor: None,
+        },
+        PoolKind::Avg {
+            count_include_pad: true,
+            divisor: Some(5),
+        },
+    ] {
+        let (k, s, p) = (3usize, 2usize, 1usize);
+        let (oh, ow) = ((9 + 2 * p - k) / s + 1, (7 + 2 * p - k) / s + 1);
+        let mut out = T::rand(DType::F32, &[2, 3, oh, ow], &mut rng);
+        run(
+            &Kernel::Pool2d {
+                kind,
+                kernel: [k, k],
+                stride: [s, s],
+                padding: [p, p],
+                dilation: [1, 1],
+            },
+            &mut [&mut x],
+            &mut out,
+        );
+        check(
+            &out,
+            |i| {
+                let mut vals = Vec::new();
+                for a in 0..k {
+                    for b in 0..k {
+                        let y = (i[2] * s + a) as isize - p as isize;
+                        let xx = (i[3] * s + b) as isize - p as isize;
+                        if y >= 0 && y < 9 && xx >= 0 && xx < 7 {
+                            vals.push(x.at(&[i[0], i[1], y as usize, xx as usize]));
+                        }
+                    }
+                }
+                match kind {
+                    PoolKind::Max => vals.iter().copied().fold(f64::MIN, f64::max),
+                    PoolKind::Avg {
+                        divisor: Some(dv), ..
+                    } => vals.iter().sum::<f64>() / dv as f64,
+                    PoolKind::Avg {
+                        count_include_pad: true,
+                        ..
+                    } => {
+                        let y0 = (i[2] * s) as isize - p as isize;
+                        let x0 = (i[3] * s) as isize - p as isize;
+                        let y1 = (y0 + k as isize).min(9 + p as isize);
+                        let x1 = (x0 + k as isize).min(7 + p as isize);
+                        vals.iter().sum::<f64>() / ((y1 - y0) * (x1 - x0)) as f64
+                    }
+                    PoolKind::Avg { .. } => vals.iter().sum::<f64>() / vals.len() as f64,
+                }
+            },
+            &format!("pool {kind:?}"),
+        );
+    }
+    let mut out = T::rand(DType::F32, &[2, 3, 4, 3], &mut rng);
+    run(&Kernel::AdaptiveAvgPool2d, &mut [&mut x], &mut out);
+    check(
+        &out,
+        |i| {
+            let (h0, h1) = (i[2] * 9 / 4, ((i[2] + 1) * 9).div_ceil(4));
+            let (w0, w1) = (i[3] * 7 / 3, ((i[3] + 1) * 7).div_ceil(3));
+            let mut s = 0.0;
+            for y in h0..h1 {
+                for xx in w0..w1 {
+                    s += x.at(&[i[0], i[1], y, xx]);
+                }
+            }
+            s / ((h1 - h0) * (w1 - w0)) as f64
+        },
+        "adaptive avg pool 9x7 -> 4x3",
+    );
+}
+
+#[test]
+fn elementwise_broadcasts_and_divides_by_scalars() {
+    let mut rng = Rng(5);
+    // relu((x + b) / 3) * y, with b broadcast along rows (stride 0) and y non-contiguous.
+    let expr = Expr {
+        code: vec![
+            Instr::Load(0),
+            Instr::Load(1),
+            Instr::Binary(BinaryOp::Add),
+            Instr::Const(3.0),
+            Instr::Binary(BinaryOp::Div),
+            Instr::Unary(UnaryOp::Relu),
+            Instr::Load(2),
+            Instr::Binary(BinaryOp::Mul),
+            Instr::Cast(DType::BF16),
+        ],
+    };
+    for dt in [DType::F32, DType::BF16, DType::F16] {
+        let shape = [3, 5, 300];
+        let mut x = T::rand(dt, &shape, &mut rng);
+        let mut b = T::strided(dt, &shape, &[0, 0, 1], &mut rng);
+        let mut y = T::strided(dt, &shape, &[1, 3, 15], &mut rng);
+        let mut out = T::rand(dt, &shape, &mut rng);
+        run(
+            &Kernel::Elementwise { expr: expr.clone() },
+            &mut [&mut x, &mut b, &mut y],
+            &mut out,
+        );
+        check(
+            &out,
+            |i| {
+                f64::from(round_to(
+                    DType::BF16,
+                    (((x.at(i) + b.at(i)) / 3.0).max(0.0) * y.at(i)) as f32,
+                ))
+            },
+            &format!("elementwise {dt}"),
+        );
+    }
+}
+
+#[test]
+fn softmax_with_broadcast_mask_and_norms_and_reduce() {
+    let mut rng = Rng(9);
+    let shape = [2, 3, 4, 37];
+    let mut x = T::rand(DType::F32, &shape, &mut rng);
+    let mut mask = T::strided(DType::F32, &shape, &[37, 0, 0, 1], &mut rng);
+    for t in 20..37 {
+        mask.data[t * 4..t * 4 + 4].copy_from_slice(&f32::MIN.to_le_bytes());
+    }
+    let mut out = T::rand(DType::F32, &shape, &mut rng);
+    run(
+        &Kernel::Softmax { scale: 0.7 },
+        &mut [&mut x, &mut mask],
+        &mut out,
+    );
+    check(
+        &out,
+        |i| {
+            let row = |t: usize| {
+                let j = [i[0], i[1], i[2], t];
+                0.7 * x.at(&j) + mask.at(&j)
+            };
+            let m = (0..37).map(row).fold(f64::MIN, f64::max);
+            let s: f64 = (0..37).map(|t| (row(t) - m).exp()).sum();
+            (row(i[3]) - m).exp() / s
+        },
+        "masked softmax",
+    );
+
+    let mut x = T::strided(DType::F32, &[3, 5, 33], &[1, 99, 3], &mut rng);
+    let mut w = T::rand(DType::F32, &[33], &mut rng);
+    let mut out = T::rand(DType::F32, &[3, 5, 33], &mut rng);
+    run(
+        &Kernel::RmsNorm { eps: 1e-6 },
+        &mut [&mut x, &mut w],
+        &mut out,
+    );
+    check(
+        &out,
+        |i| {
+            let ms: f64 = (0..33).map(|d| x.at(&[i[0], i[1], d]).powi(2)).sum::<f64>() / 33.0;
+            x.at(i) / (ms + 1e-6).sqrt() * w.at(&[i[2]])
+        },
+        "rms_norm strided",
+    );
+
+    let mut b = T::rand(DType::F32, &[33], &mut rng);
+    let mut x2 = T::rand(DType::F32, &[3, 5, 33], &mut rng);
+    run(
+        &Kernel::LayerNorm {
+            eps: 1e-5,
+            has_weight: true,
+            has_bias: true,
+        },
+        &mut [&mut x2, &mut w, &mut b],
+        &mut out,
+    );
+    check(
+        &out,
+        |i| {
+            let mean: f64 = (0..33).map(|d| x2.at(&[i[0], i[1], d])).sum::<f64>() / 33.0;
+            let var: f64 = (0..33)
+                .map(|d| (x2.at(&[i[0], i[1], d]) - mean).powi(2))
+                .sum::<f64>()
+                / 33.0;
+            (x2.at(i) - mean) / (var + 1e-5).sqrt() * w.at(&[i[2]]) + b.at(&[i[2]])
+        },
+        "layer_norm",
+    );
+
+    let mut r = T::rand(DType::F32, &[3, 1], &mut rng);
+    let mut x3 = T::rand(DType::F32, &[3, 5, 7], &mut rng);
+    run(
+        &Kernel::Reduce {
+            op: ReduceOp::Mean,
+            reduced: 2,
+        },
+        &mut [&mut x3],
+        &mut r,
+    );
+    check(
+        &r,
+        |i| {
+            let mut s = 0.0;
+            each(&[5, 7], |j| s += x3.at(&[i[0], j[0], j[1]]));
+            s / 35.0
+        },
+        "reduce mean",
+    );
+}
+
+#[test]
+fn embedding_index_copy_rope_copy_fill() {
+    let mut rng = Rng(13);
+    let mut table = T::rand(DType::BF16, &[11, 6], &mut rng);
+    let mut ids = T::rand(DType::I64, &[2, 3], &mut rng);
+    let id_vals = [3i64, 0, 10, 7, 7, 1];
+    each(&[2, 3], |i| {
+        let v = id_vals[i[0] * 3 + i[1]];
+        ids.set_i(i, v)
+    });
+    let mut out = T::rand(DType::F32, &[2, 3, 6], &mut rng);
+    run(&Kernel::Embedding, &mut [&mut table, &mut ids], &mut out);
+    check(
+        &out,
+        |i| table.at(&[id_vals[i[0] * 3 + i[1]] as usize, i[2]]),
+        "embedding",
+    );
+    ids.set_i(&[1, 2], 11);
+    let e = run_err(&Kernel::Embedding, &mut [&mut table, &mut ids], &mut out);
+    assert!(e.contains("11"), "{e}");
+
+    let mut dest = T::rand(DType::F32, &[1, 2, 9, 4], &mut rng);
+    let before = T {
+        data: dest.data.clone(),
+        ..T::rand(DType::F32, &[1, 2, 9, 4], &mut rng)
+    };
+    let mut src = T::strided(DType::F32, &[1, 2, 3, 4], &[0, 4, 8, 1], &mut rng);
+    let mut index = T::rand(DType::I64, &[3], &mut rng);
+    for (i, v) in [5i64, 0, 8].iter().enumerate() {
+        index.set_i(&[i], *v);
+    }
+    run(
+        &Kernel::IndexCopy { axis: 2 },
+        &mut [&mut index, &mut src],
+        &mut dest,
+    );
+    check(
+        &dest,
+        |i| match [5usize, 0, 8].iter().position(|&p| p == i[2]) {
+            Some(j) => src.at(&[i[0], i[1], j, i[3]]),
+            None => before.at(i),
+        },
+        "index_copy",
+    );
+    index.set_i(&[1], 9);
+    assert!(run_err(
+        &Kernel::IndexCopy { axis: 2 },
+        &mut [&mut index, &mut src],
+        &mut dest
+    )
+    .contains("9"));
+
+    let mut x = T::strided(DType::F32, &[1, 3, 5, 8], &[120, 8, 24, 1], &mut rng);
+    let mut cos = T::strided(DType::F32, &[1, 3, 5, 8], &[40, 0, 8, 1], &mut rng);
+    let mut sin = T::strided(DType::F32, &[1, 3, 5, 8], &[40, 0, 8, 1], &mut rng);
+    let mut out = T::rand(DType::F32, &[1, 3, 5, 8], &mut rng);
+    run(&Kernel::Rope, &mut [&mut x, &mut cos, &mut sin], &mut out);
+    check(
+        &out,
+        |i| {
+            let d = i[3];
+            let mut j = i.to_vec();
+            let rot = if d < 4 {
+                j[3] = d + 4;
+                -x.at(&j)
+            } else {
+                j[3] = d - 4;
+                x.at(&j)
+            };
+            x.at(i) * cos.at(i) + rot * sin.at(i)
+        },
+        "rope",
+    );
+
+    let mut src = T::strided(DType::F32, &[4, 5], &[1, 4], &mut rng);
+    let mut dst = T::rand(DType::F16, &[4, 5], &mut rng);
+    run(&Kernel::Copy, &mut [&mut src], &mut dst);
+    check(&dst, |i| src.at(i), "copy transpose + cast");
+    run(&Kernel::Fill { value: -2.5 }, &mut [], &mut dst);
+    check(&dst, |_| -2.5, "fill");
+}
+
+#[test]
+fn integers_copy_exactly_beyond_f32_precision() {
+    let mut rng = Rng(17);
+    let mut src = T::rand(DType::I64, &[2], &mut rng);
+    let big = (1i64 << 53) + 1;
+    src.set_i(&[0], big);
+    src.set_i(&[1], -big);
+    let mut dst = T::rand(DType::I64, &[2], &mut rng);
+    run(&Kernel::Copy, &mut [&mut src], &mut dst);
+    let got: Vec<i64> = (0..2)
+        .map(|i| i64::from_le_bytes(dst.data[i * 8..i * 8 + 8].try_into().unwrap()))
+        .collect();
+    assert_eq!(got, vec![big, -big]);
+}
+
+fn attention_case(
+    b: usize,
+    h: usize,
+    kvh: usize,
+    s: usize,
+    t: usize,
+    d: usize,
+    causal: bool,
+    dt: DType,
+) {
+    let mut rng = Rng(23 + t as u64);
+    let mut q = T::strided(dt, &[b, h, s, d], &[h * s * d, d, h * d, 1], &mut rng);
+    let mut k = T::rand(dt, &[b, kvh, t, d], &mut rng);
+    let mut v = T::rand(dt, &[b, kvh, t, d], &mut rng);
+    let mut mask = T::strided(DType::F32, &[b, h, s, t], &[s * t, 0, t, 1], &mut rng);
+    let mut out = T::rand(dt, &[b, h, s, d], &mut rng);
+    let scale = 1.0 / (d as f32).sqrt();
+    run(
+        &Kernel::Attention { scale, causal },
+        &mut [&mut q, &mut k, &mut v, &mut mask],
+        &mut out,
+    );
+    let g = h / kvh;
+    let mut cache = std::collections::HashMap::new();
+    check(
+        &out,
+        |i| {
+            let (bi, hi, si) = (i[0], i[1], i[2]);
+            let p = cache.entry((bi, hi, si)).or_insert_with(|| {
+                let tmax = if causal { (si + 1).min(t) } else { t };
+                let sc: Vec<f64> = (0..tmax)
+                    .map(|ti| {
+                        let dot: f64 = (0..d)
+                            .map(|dd| q.at(&[bi, hi, si, dd]) * k.at(&[bi, hi / g, ti, dd]))
+                            .sum();
+                        dot * f64::from(scale) + mask.at(&[bi, hi, si, ti])
+                    })
+                    .collect();
+                let m = sc.iter().copied().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                e.into_iter().map(|x| x / z).collect::<Vec<f64>>()
+            });
+            p.iter()
+                .enumerate()
+                .map(|(ti, w)| w * v.at(&[bi, hi / g, ti, i[3]]))
+                .sum()
+        },
+        &format!("attention b{b} h{h}/{kvh} s{s} t{t} d{d} causal {causal} {dt}"),
+    );
+}
+
+#[test]
+fn attention_gqa_masked_causal_and_long_context() {
+    attention_case(2, 4, 2, 3, 9, 16, false, DType::F32);
+    attention_case(1, 6, 2, 7, 7, 8, true, DType::F32);
+    attention_case(1, 4, 1, 2, 33, 12, false, DType::BF16);
+    // Beyond 2048 positions: no length limit.
+    attention_case(1, 4, 2, 2, 2500, 16, false, DType::F32);
+}
