@@ -1,5 +1,8 @@
 //! `npu`: compile torch_ir graphs for an NPU target, inspect programs, check constraints.
 
+mod generate;
+mod run;
+
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use npu_compiler::{describe, npubin, target, CompileOptions};
@@ -65,6 +68,37 @@ enum Cmd {
         #[arg(long, default_value = "npu")]
         target: String,
     },
+    /// Run a compiled program: inputs and outputs as safetensors keyed by graph names.
+    Run {
+        program: PathBuf,
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        #[arg(long)]
+        outputs: Option<PathBuf>,
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+        /// Run this many times and report the timings.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+    },
+    /// Greedy generation with a prefill and a decode program sharing the KV cache.
+    Generate {
+        #[arg(long)]
+        prefill: PathBuf,
+        #[arg(long)]
+        decode: PathBuf,
+        #[arg(long)]
+        weights: PathBuf,
+        /// Comma-separated token ids.
+        #[arg(long, value_delimiter = ',', required = true)]
+        prompt_ids: Vec<i64>,
+        #[arg(long, default_value_t = 16)]
+        max_new_tokens: usize,
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+    },
 }
 
 fn find_target(name: &str) -> Result<&'static npu_compiler::Target> {
@@ -124,6 +158,42 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 print!("{}", describe::describe_text(&p));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run {
+            program,
+            weights,
+            inputs,
+            outputs,
+            backend,
+            repeat,
+        } => {
+            run::run(run::RunArgs {
+                program,
+                weights,
+                inputs,
+                outputs,
+                backend,
+                repeat,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Generate {
+            prefill,
+            decode,
+            weights,
+            prompt_ids,
+            max_new_tokens,
+            backend,
+        } => {
+            generate::generate(generate::GenerateArgs {
+                prefill,
+                decode,
+                weights,
+                prompt_ids,
+                max_new_tokens,
+                backend,
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { model, target } => {
