@@ -27,11 +27,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if irs.is_empty() {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
-        for rel in ["qwen2.5-1.5b/decode.ir.json", "qwen2.5-1.5b/prefill.ir.json", "resnet50/model.ir.json", "resnet18/model.ir.json"] {
+        for rel in [
+            "qwen2.5-1.5b/decode.ir.json",
+            "qwen2.5-1.5b/prefill.ir.json",
+            "resnet50/model.ir.json",
+            "resnet18/model.ir.json",
+        ] {
             irs.push(root.join(rel));
         }
     }
-    println!("{:<36} {:>6} {:>6} {:>11} {:>10} {:>11} {:>10}", "graph", "nodes", "steps", "arena MiB", "parse ms", "compile ms", "total ms");
+    println!(
+        "{:<36} {:>6} {:>6} {:>11} {:>10} {:>11} {:>10}",
+        "graph", "nodes", "steps", "arena MiB", "parse ms", "compile ms", "total ms"
+    );
     let mut rows = Vec::new();
     for ir in &irs {
         let text = std::fs::read_to_string(ir)?;
@@ -48,7 +56,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             last = Some((nodes, p));
         }
         let (nodes, p) = last.ok_or("--runs must be at least 1")?;
-        let name = ir.iter().rev().take(2).collect::<Vec<_>>().into_iter().rev().collect::<PathBuf>().display().to_string();
+        let name = ir
+            .iter()
+            .rev()
+            .take(2)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<PathBuf>()
+            .display()
+            .to_string();
         let (pm, cm) = (median(parse), median(comp));
         println!(
             "{:<36} {:>6} {:>6} {:>11.3} {:>10.2} {:>11.2} {:>10.2}",
@@ -70,7 +87,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(dir) = out.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(&out, serde_json::to_string_pretty(&serde_json::json!({ "results": rows }))?)?;
+        std::fs::write(
+            &out,
+            serde_json::to_string_pretty(&serde_json::json!({ "results": rows }))?,
+        )?;
         println!("wrote {}", out.display());
     }
     Ok(())
