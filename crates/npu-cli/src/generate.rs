@@ -163,18 +163,18 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     }
     let decode_s = t.elapsed().as_secs_f64();
     let steps = a.max_new_tokens - 1;
-    println!(
+    say!(
         "prompt: {p} tokens (prefill length {s}, {pad} left-padded), cache {max} slots, backend {}",
         a.backend
     );
-    println!("prepare: {:.1} ms", prepare_s * 1e3);
-    println!(
+    say!("prepare: {:.1} ms", prepare_s * 1e3);
+    say!(
         "prefill: {:.1} ms ({:.1} tokens/s)",
         prefill_s * 1e3,
         p as f64 / prefill_s
     );
     if steps > 0 {
-        println!(
+        say!(
             "decode: {steps} tokens in {:.1} ms ({:.2} ms/token, {:.1} tokens/s)",
             decode_s * 1e3,
             decode_s * 1e3 / steps as f64,
@@ -182,6 +182,6 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
         );
     }
     let text: Vec<String> = generated.iter().map(|t| t.to_string()).collect();
-    println!("generated: {}", text.join(","));
+    say!("generated: {}", text.join(","));
     Ok(())
 }

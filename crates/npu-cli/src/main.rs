@@ -1,5 +1,7 @@
 //! `npu`: compile torch_ir graphs for an NPU target, inspect programs, check constraints.
 
+#[macro_use]
+mod out;
 mod generate;
 mod run;
 
@@ -126,7 +128,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .with_context(|| format!("cannot compile {}", model.display()))?;
             npubin::save(&program, &output)?;
             let elapsed = start.elapsed();
-            println!(
+            say!(
                 "compiled {} -> {} ({} IR nodes -> {} steps, arena {:.2} MiB, compute {}, target {}) in {:.0} ms",
                 model.display(),
                 output.display(),
@@ -138,12 +140,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 elapsed.as_secs_f64() * 1e3
             );
             if verbose {
-                println!("canonicalize: {:?}", report.canonical);
-                println!("batch norm: {:?}", report.bn);
-                println!("fusions: {:?}", report.fusions);
-                println!("padded values: {}", report.padded_values);
+                say!("canonicalize: {:?}", report.canonical);
+                say!("batch norm: {:?}", report.bn);
+                say!("fusions: {:?}", report.fusions);
+                say!("padded values: {}", report.padded_values);
                 for (stage, t) in &report.timings {
-                    println!("  {stage:<20} {:>8.2} ms", t.as_secs_f64() * 1e3);
+                    say!("  {stage:<20} {:>8.2} ms", t.as_secs_f64() * 1e3);
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -151,12 +153,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Describe { program, json } => {
             let p = npubin::load(&program)?;
             if json {
-                println!(
+                say!(
                     "{}",
                     serde_json::to_string_pretty(&describe::describe_json(&p))?
                 );
             } else {
-                print!("{}", describe::describe_text(&p));
+                crate::out::write(format_args!("{}", describe::describe_text(&p)));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -202,21 +204,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let nodes = graph.nodes.len();
             let violations = npu_compiler::check(graph, target)?;
             if violations.is_empty() {
-                println!(
+                say!(
                     "{}: all {nodes} nodes fit target '{}'",
                     model.display(),
                     target.name
                 );
                 return Ok(ExitCode::SUCCESS);
             }
-            println!(
+            say!(
                 "{}: {} violation(s) for target '{}':",
                 model.display(),
                 violations.len(),
                 target.name
             );
             for v in &violations {
-                println!("  - {v}");
+                say!("  - {v}");
             }
             Ok(ExitCode::from(1))
         }

@@ -101,7 +101,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut sorted = times.clone();
     sorted.sort_by(|a, b| a.total_cmp(b));
     let median = sorted[sorted.len() / 2];
-    println!(
+    say!(
         "ran {} on {}: prepare {:.1} ms; {} run(s): median {:.3} ms, min {:.3} ms, first {:.3} ms",
         a.program.display(),
         a.backend,
@@ -112,10 +112,10 @@ pub fn run(a: RunArgs) -> Result<()> {
         times[0]
     );
     for (n, t) in &all {
-        println!("  output {n} {}{:?}", t.dtype(), t.shape());
+        say!("  output {n} {}{:?}", t.dtype(), t.shape());
     }
     if let Some(p) = &a.outputs {
-        println!("wrote {}", p.display());
+        say!("wrote {}", p.display());
     }
     Ok(())
 }

@@ -101,9 +101,10 @@ pub enum PoolKind {
 /// bindings cannot say. Operand order is documented per kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Kernel {
-    /// out[.., m, n] = alpha * sum_k a[.., m, k] * b[.., k, n] + beta * bias[n], then `act`.
+    /// out[.., m, n] = act(alpha * sum_k a[.., m, k] * b[.., k, n] + beta * bias[.., m, n]).
     /// Inputs: a, b (any strides: a transposed weight is a stride swap), optional bias
     /// (bound as [.., m, n] with broadcast strides). Batch dims of a/b are pre-broadcast.
+    /// `beta` has no effect when no bias is bound.
     Gemm {
         alpha: f32,
         beta: f32,
@@ -132,7 +133,8 @@ pub enum Kernel {
     /// Softmax over the last dim of x * scale (+ mask), in f32. Inputs: x, optional additive
     /// mask bound as x. Output bound as x (any strides).
     Softmax { scale: f32 },
-    /// out = x * rsqrt(mean(x^2) + eps) * w over the last dim. Inputs: x, w [D].
+    /// out = round(x * rsqrt(mean(x^2) + eps)) * w over the last dim, where round is to the
+    /// output dtype (as transformers' Qwen2RMSNorm casts before the weight). Inputs: x, w [D].
     RmsNorm { eps: f32 },
     /// Normalizes over the last dim. Inputs: x, optional weight [D], optional bias [D].
     LayerNorm {
@@ -153,7 +155,8 @@ pub enum Kernel {
     Rope,
     /// Scaled dot-product attention with grouped K/V heads, f32 softmax:
     /// out[b,h,s] = softmax_t(q[b,h,s] . k[b,h/(H/KVH),t] * scale + mask[b,h,s,t]) @ v.
-    /// `causal` additionally masks t > s. Inputs: q [B,H,S,D], k [B,KVH,T,D],
+    /// `causal` additionally masks t > s (top-left aligned, as PyTorch's
+    /// `scaled_dot_product_attention(is_causal=True)`). Inputs: q [B,H,S,D], k [B,KVH,T,D],
     /// v [B,KVH,T,D], optional additive mask bound as [B,H,S,T]. Output [B,H,S,D].
     Attention { scale: f32, causal: bool },
     /// out = in (any strides, any dtypes: converts).
@@ -401,6 +404,12 @@ impl Program {
                         step.origin, b.slot
                     )
                 })?;
+                if b.byte_offset % b.dtype.size_bytes() as u64 != 0 {
+                    return Err(format!(
+                        "step {i} ({}): byte offset {} is not aligned to {}",
+                        step.origin, b.byte_offset, b.dtype
+                    ));
+                }
                 if b.shape.len() != b.strides.len() {
                     return Err(format!(
                         "step {i} ({}): shape and strides differ in rank",

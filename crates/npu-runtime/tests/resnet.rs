@@ -36,13 +36,22 @@ fn top5(v: &[f32]) -> Vec<usize> {
 fn resnets_match_pytorch_f16_and_f32_batch_1_and_4() {
     let root = std::env::var_os("NPU_TEST_MODELS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-models"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-models")
+        });
     let required = std::env::var("NPU_REQUIRE_MODELS").is_ok_and(|v| v == "1");
     for model in ["resnet18", "resnet18-b4", "resnet50", "resnet50-b4"] {
         let dir = root.join(model);
         if !dir.join("weights.safetensors").exists() {
-            assert!(!required, "{}: no export; run scripts/make-test-models.sh", dir.display());
-            eprintln!("{}: no export (scripts/make-test-models.sh makes it), skipped", dir.display());
+            assert!(
+                !required,
+                "{}: no export; run scripts/make-test-models.sh",
+                dir.display()
+            );
+            eprintln!(
+                "{}: no export (scripts/make-test-models.sh makes it), skipped",
+                dir.display()
+            );
             continue;
         }
         let io: Vec<(String, HostTensor)> = read_safetensors(&dir.join("io.safetensors")).unwrap();
