@@ -1,8 +1,5 @@
 """Compares an `npu run` result with PyTorch on the same weights and input.
 
-``python -m npu_export.report inputs DIR OUT``: writes DIR/io.safetensors' ``input.*`` tensors under
-their graph input names (what ``npu run --inputs`` reads).
-
 ``python -m npu_export.report topk DIR OUTPUTS [--npu-ms X]``: prints PyTorch's and npu's top-5 classes
 side by side with their agreement, and PyTorch's latency on this machine (the model rebuilt from
 DIR/weights.safetensors, timed with the same thread count), next to npu's when given.
@@ -17,15 +14,9 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from .vision import MODELS
-
-
-def write_inputs(model_dir: Path, out: Path) -> None:
-    io = load_file(str(model_dir / "io.safetensors"))
-    inputs = {k.removeprefix("input."): v.contiguous() for k, v in io.items() if k.startswith("input.")}
-    save_file(inputs, str(out))
 
 
 def torch_latency_ms(model_dir: Path, repeat: int) -> float:
@@ -85,18 +76,12 @@ def topk_report(model_dir: Path, outputs: Path, npu_ms: float | None, repeat: in
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m npu_export.report", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    pi = sub.add_parser("inputs", help="write the reference inputs under graph input names")
-    pi.add_argument("dir", type=Path)
-    pi.add_argument("out", type=Path)
     pt = sub.add_parser("topk", help="compare npu outputs with the PyTorch reference")
     pt.add_argument("dir", type=Path)
     pt.add_argument("outputs", type=Path)
     pt.add_argument("--npu-ms", type=float, default=None)
     pt.add_argument("--repeat", type=int, default=10)
     a = p.parse_args(argv)
-    if a.cmd == "inputs":
-        write_inputs(a.dir, a.out)
-        return 0
     return topk_report(a.dir, a.outputs, a.npu_ms, a.repeat)
 
 
