@@ -1,8 +1,10 @@
 //! Batched GEMM with bias and activation epilogue. f32 operands go straight to the `gemm`
 //! crate (any strides); f16/bf16 operands are converted to f32 in tiles (A whole, B in
 //! column panels), so a bf16 weight is never converted whole. M <= 4 with B contiguous
-//! along K takes a multi-threaded, bandwidth-bound GEMV that converts B on the fly.
+//! along K takes a multi-threaded, bandwidth-bound GEMV that converts B on the fly. bf16 x
+//! bf16 with M >= 16 runs on AMX tiles where the CPU has them ([`amx`]).
 
+use super::amx;
 use super::dot::{dot_bf16, dot_f16, dot_f32};
 use super::view::{offset_in, with_scratch, SendPtr, View};
 use half::f16;
@@ -159,6 +161,39 @@ pub fn gemm_kernel(
         let ooff = offset_in(ob, &out.strides[..r - 2], bi);
         let bias_v = bias.map(|bv| (bv, batch_off(bv, 2.min(bv.rank()), ob, bi)));
         let needs_epi = bias.is_some() || act.is_some();
+        let amx_ok = alpha == 1.0
+            && a.dtype == DType::BF16
+            && b.dtype == DType::BF16
+            && a_sk == 1
+            && b_sk == 1
+            && a_sm != 0
+            && amx::supports(m, n, k);
+        if amx_ok {
+            let plen = amx::packed_len(m, k);
+            with_scratch(3, m * n, |c| {
+                with_scratch(1, plen.div_ceil(2), |pk| {
+                    // SAFETY: the f32 scratch holds at least plen u16; operands are in
+                    // bounds per the module invariants and contiguous along K.
+                    unsafe {
+                        let packed =
+                            std::slice::from_raw_parts_mut(pk.as_mut_ptr() as *mut u16, plen);
+                        amx::gemm_bf16(
+                            m,
+                            n,
+                            k,
+                            (a.ptr as *const u16).add(aoff),
+                            a_sm,
+                            (b.ptr as *const u16).add(boff),
+                            b_sn,
+                            c,
+                            packed,
+                        );
+                    }
+                });
+                epilogue(c, m, n, beta, bias_v, act, out, ooff);
+            });
+            continue;
+        }
         let gemv = m <= 4
             && b_sk == 1
             && k >= 16
