@@ -215,12 +215,15 @@ unsafe fn block(
         let (a0, a1) = (w0.add(kb * KB), w1.add(kb * KB));
         let (b0, b1) = (p0.add(kb * 512), p1.add(kb * 512));
         asm!(
+            // Loads interleaved with the products that need them, so a tile register is
+            // refilled while the others still compute (about +20% measured over grouping
+            // the four loads first).
             "tileloadd tmm4, [{a0} + {s}*1]",
-            "tileloadd tmm5, [{a1} + {s}*1]",
             "tileloadd tmm6, [{b0} + {bs}*1]",
-            "tileloadd tmm7, [{b1} + {bs}*1]",
             "tdpbf16ps tmm0, tmm4, tmm6",
+            "tileloadd tmm7, [{b1} + {bs}*1]",
             "tdpbf16ps tmm1, tmm4, tmm7",
+            "tileloadd tmm5, [{a1} + {s}*1]",
             "tdpbf16ps tmm2, tmm5, tmm6",
             "tdpbf16ps tmm3, tmm5, tmm7",
             a0 = in(reg) a0,

@@ -101,21 +101,23 @@ pub fn epilogue(
 ) {
     let r = out.rank();
     let (osm, osn) = (out.strides[r - 2], out.strides[r - 1]);
-    let cp = SendPtr(c.as_ptr() as *mut f32);
-    let cn = c.len();
     (0..m).into_par_iter().for_each(|i| {
-        // SAFETY: rows are read only; c outlives the loop.
-        let c = unsafe { std::slice::from_raw_parts(cp.get() as *const f32, cn) };
-        for j in 0..n {
-            let mut v = c[i * n + j];
+        with_scratch(0, 2 * n, |buf| {
+            let (row, bias_row) = buf.split_at_mut(n);
+            row.copy_from_slice(&c[i * n..(i + 1) * n]);
             if let Some((b, boff)) = bias {
-                v += beta * b.ld(boff + i * tail_stride(b, 2) + j * tail_stride(b, 1));
+                b.gather(boff + i * tail_stride(b, 2), tail_stride(b, 1), bias_row);
+                for (v, x) in row.iter_mut().zip(bias_row.iter()) {
+                    *v += beta * x;
+                }
             }
             if let Some(a) = act {
-                v = unary(a, v);
+                for v in row.iter_mut() {
+                    *v = unary(a, *v);
+                }
             }
-            out.st(out_off + i * osm + j * osn, v);
-        }
+            out.scatter(out_off + i * osm, osn, row);
+        });
     });
 }
 

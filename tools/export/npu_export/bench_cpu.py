@@ -1,0 +1,218 @@
+"""CPU benchmark: npu against PyTorch in the same run, on the same machine and thread count.
+
+Prints a table and writes JSON. ResNet-18/50 (batch 1, f32) always; Qwen2.5-1.5B (bf16, 128-token
+prefill and greedy decode) when ``--qwen-dir`` points at a full export
+(``python -m npu_export qwen2.5-1.5b --out DIR``). Also measures the machine's copy bandwidth, and
+the bandwidth the decode step achieves reading the weights.
+
+    python -m npu_export.bench_cpu [--npu target/release/npu] [--work DIR] [--qwen-dir DIR]
+        [--repeat N] [--tokens N] [--json benchmarks/results/cpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def sh(cmd: list[str]) -> str:
+    res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return res.stdout
+
+
+def median_ms(fn: Any, repeat: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth_gbs() -> float:
+    """Median over runs of (bytes read + bytes written) / time for a 1 GiB tensor copy."""
+    src = torch.ones(1 << 28, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), repeat=10, warmup=2)
+    return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
+
+
+def ensure_export(model: str, out: Path, extra: list[str]) -> None:
+    if not (out / "weights.safetensors").exists():
+        subprocess.run([sys.executable, "-m", "npu_export", model, "--out", str(out), *extra], check=True)
+
+
+def bench_resnet(npu: str, work: Path, model: str, repeat: int) -> dict[str, Any]:
+    import torchvision
+    from safetensors.torch import load_file
+
+    d = work / model
+    ensure_export(model, d, [])
+    prog = d / "f32.npubin"
+    sh([npu, "compile", str(d / "model.ir.json"), "-o", str(prog), "--target", "cpu", "--dtype", "f32"])
+    out = sh(
+        [
+            npu,
+            "run",
+            str(prog),
+            "--weights",
+            str(d / "weights.safetensors"),
+            "--inputs",
+            str(d / "io.safetensors"),
+            "--repeat",
+            str(repeat),
+        ]
+    )
+    m = re.search(r"median ([0-9.]+) ms", out)
+    assert m, out
+    ours = float(m.group(1))
+    net = getattr(torchvision.models, model)(weights=None).eval()
+    net.load_state_dict(load_file(str(d / "weights.safetensors")), strict=False)
+    x = next(v for k, v in load_file(str(d / "io.safetensors")).items() if k.startswith("input."))
+    with torch.inference_mode():
+        theirs = median_ms(lambda: net(x), repeat)
+    return {
+        "model": model,
+        "batch": 1,
+        "dtype": "float32",
+        "npu_ms": ours,
+        "pytorch_ms": theirs,
+        "ratio": ours / theirs,
+    }
+
+
+def bench_qwen(npu: str, qdir: Path, tokens: int, repeat: int) -> dict[str, Any]:
+    from safetensors.torch import load_file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    for g in ("prefill", "decode"):
+        sh([npu, "compile", str(qdir / f"{g}.ir.json"), "-o", str(qdir / f"{g}.npubin"), "--dtype", "bf16"])
+    ids = [(i * 7919) % 151936 for i in range(128)]
+    prefill_runs, decode_runs = [], []
+    for _ in range(max(1, repeat)):
+        out = sh(
+            [
+                npu,
+                "generate",
+                "--prefill",
+                str(qdir / "prefill.npubin"),
+                "--decode",
+                str(qdir / "decode.npubin"),
+                "--weights",
+                str(qdir / "weights.safetensors"),
+                "--prompt-ids",
+                ",".join(map(str, ids)),
+                "--max-new-tokens",
+                str(tokens + 1),
+            ]
+        )
+        pm = re.search(r"prefill: ([0-9.]+) ms", out)
+        dm = re.search(r"\(([0-9.]+) ms/token", out)
+        assert pm and dm, out
+        prefill_runs.append(float(pm.group(1)))
+        decode_runs.append(float(dm.group(1)))
+    ours_prefill, ours_decode = statistics.median(prefill_runs), statistics.median(decode_runs)
+
+    meta = json.loads((qdir / "meta.json").read_text())
+    cfg = {k: v for k, v in meta["config"].items() if k not in ("architectures", "rope_theta")}
+    torch.set_default_dtype(torch.bfloat16)
+    model = Qwen2ForCausalLM(Qwen2Config(**cfg)).eval()
+    torch.set_default_dtype(torch.float32)
+    sd = {k.removeprefix("model."): v for k, v in load_file(str(qdir / "weights.safetensors")).items()}
+    model.load_state_dict(sd, strict=False)
+    x = torch.tensor([ids])
+    with torch.inference_mode():
+        theirs_prefill = median_ms(lambda: model(x, use_cache=True), max(1, repeat), warmup=1)
+        out = model(x, use_cache=True)
+        past, tok = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        steps = []
+        for _ in range(tokens):
+            t = time.perf_counter()
+            out = model(tok, past_key_values=past, use_cache=True)
+            steps.append((time.perf_counter() - t) * 1e3)
+            past, tok = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    theirs_decode = statistics.median(steps)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {
+        "model": "qwen2.5-1.5b",
+        "dtype": "bfloat16",
+        "prompt_tokens": 128,
+        "decode_tokens": tokens,
+        "npu_prefill_ms": ours_prefill,
+        "pytorch_prefill_ms": theirs_prefill,
+        "prefill_ratio": ours_prefill / theirs_prefill,
+        "npu_decode_ms_per_token": ours_decode,
+        "pytorch_decode_ms_per_token": theirs_decode,
+        "decode_ratio": ours_decode / theirs_decode,
+        "weight_bytes": weight_bytes,
+        "npu_decode_weight_read_gbs": weight_bytes / (ours_decode / 1e3) / 1e9,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m npu_export.bench_cpu", description=__doc__)
+    p.add_argument("--npu", default="target/release/npu")
+    p.add_argument("--work", type=Path, default=Path("/tmp/npu-bench"))
+    p.add_argument("--qwen-dir", type=Path, default=None)
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--qwen-repeat", type=int, default=3)
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--json", type=Path, default=Path("benchmarks/results/cpu.json"))
+    a = p.parse_args(argv)
+    threads = int(os.environ.get("THREADS", os.cpu_count() or 1))
+    torch.set_num_threads(threads)
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+
+    result: dict[str, Any] = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "threads": threads,
+            "torch": torch.__version__,
+        },
+        "copy_bandwidth_gbs": copy_bandwidth_gbs(),
+        "resnet": [bench_resnet(a.npu, a.work, m, a.repeat) for m in ("resnet18", "resnet50")],
+    }
+    print(f"threads {threads}; copy bandwidth (read + write) {result['copy_bandwidth_gbs']:.1f} GB/s")
+    print(f"{'model':<14} {'what':<22} {'npu':>12} {'PyTorch':>12} {'ratio':>7}")
+    for r in result["resnet"]:
+        print(
+            f"{r['model']:<14} {'batch 1 f32':<22} {r['npu_ms']:>9.2f} ms {r['pytorch_ms']:>9.2f} ms "
+            f"{r['ratio']:>6.2f}x"
+        )
+    if a.qwen_dir:
+        q = bench_qwen(a.npu, a.qwen_dir, a.tokens, a.qwen_repeat)
+        result["qwen"] = q
+        print(
+            f"{'qwen2.5-1.5b':<14} {'bf16 prefill 128':<22} {q['npu_prefill_ms']:>9.1f} ms "
+            f"{q['pytorch_prefill_ms']:>9.1f} ms {q['prefill_ratio']:>6.2f}x"
+        )
+        print(
+            f"{'qwen2.5-1.5b':<14} {'bf16 decode / token':<22} {q['npu_decode_ms_per_token']:>9.1f} ms "
+            f"{q['pytorch_decode_ms_per_token']:>9.1f} ms {q['decode_ratio']:>6.2f}x"
+        )
+        share = q["npu_decode_weight_read_gbs"] / result["copy_bandwidth_gbs"]
+        print(
+            f"decode reads {q['weight_bytes'] / 1e9:.2f} GB of weights per token: "
+            f"{q['npu_decode_weight_read_gbs']:.1f} GB/s, {share:.0%} of the measured copy bandwidth"
+        )
+    a.json.parent.mkdir(parents=True, exist_ok=True)
+    a.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
