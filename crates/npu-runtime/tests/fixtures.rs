@@ -7,6 +7,9 @@ use npu_runtime::{read_safetensors, Backend, CpuBackend, HostTensor, Safetensors
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+mod common;
+use common::{argmax, pearson, top5};
+
 fn fixture(dir: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures")
@@ -31,38 +34,6 @@ fn io(dir: &str) -> HashMap<String, HostTensor> {
         .unwrap()
         .into_iter()
         .collect()
-}
-
-fn pearson(a: &[f32], b: &[f32]) -> f64 {
-    let n = a.len() as f64;
-    let ma = a.iter().map(|&x| x as f64).sum::<f64>() / n;
-    let mb = b.iter().map(|&x| x as f64).sum::<f64>() / n;
-    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
-    for (&x, &y) in a.iter().zip(b) {
-        let (dx, dy) = (x as f64 - ma, y as f64 - mb);
-        sab += dx * dy;
-        saa += dx * dx;
-        sbb += dy * dy;
-    }
-    sab / (saa * sbb).sqrt()
-}
-
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-fn top5(v: &[f32]) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&a, &b| v[b].partial_cmp(&v[a]).unwrap());
-    let mut t = idx[..5.min(v.len())].to_vec();
-    t.sort();
-    t
 }
 
 fn run_model(

@@ -7,25 +7,8 @@ use npu_compiler::{target, CompileOptions};
 use npu_runtime::{read_safetensors, Backend, CpuBackend, HostTensor, SafetensorsFile};
 use std::path::PathBuf;
 
-fn pearson(a: &[f32], b: &[f32]) -> f64 {
-    let n = a.len() as f64;
-    let ma = a.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let mb = b.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
-    for (&x, &y) in a.iter().zip(b) {
-        let (dx, dy) = (f64::from(x) - ma, f64::from(y) - mb);
-        sab += dx * dy;
-        saa += dx * dx;
-        sbb += dy * dy;
-    }
-    sab / (saa * sbb).sqrt()
-}
-
-fn top5(v: &[f32]) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&a, &b| v[b].total_cmp(&v[a]));
-    idx[..5].to_vec()
-}
+mod common;
+use common::{pearson, top5};
 
 #[test]
 fn qwen_export_logits_track_pytorch() {

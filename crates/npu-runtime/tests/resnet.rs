@@ -10,27 +10,8 @@ use npu_ir::DType;
 use npu_runtime::{read_safetensors, Backend, CpuBackend, HostTensor, SafetensorsFile};
 use std::path::PathBuf;
 
-fn pearson(a: &[f32], b: &[f32]) -> f64 {
-    let n = a.len() as f64;
-    let ma = a.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let mb = b.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
-    for (&x, &y) in a.iter().zip(b) {
-        let (dx, dy) = (f64::from(x) - ma, f64::from(y) - mb);
-        sab += dx * dy;
-        saa += dx * dx;
-        sbb += dy * dy;
-    }
-    sab / (saa * sbb).sqrt()
-}
-
-fn top5(v: &[f32]) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&a, &b| v[b].total_cmp(&v[a]));
-    let mut t = idx[..5].to_vec();
-    t.sort();
-    t
-}
+mod common;
+use common::{argmax, pearson, top5};
 
 #[test]
 fn resnets_match_pytorch_f16_and_f32_batch_1_and_4() {
@@ -78,8 +59,7 @@ fn resnets_match_pytorch_f16_and_f32_batch_1_and_4() {
             let classes = *want.shape().last().unwrap();
             for (a, b) in g.chunks(classes).zip(wv.chunks(classes)) {
                 assert_eq!(top5(a), top5(b), "{model} {dt}: top-5");
-                let am = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
-                assert_eq!(am(a), am(b), "{model} {dt}: argmax");
+                assert_eq!(argmax(a), argmax(b), "{model} {dt}: argmax");
             }
             eprintln!("{model} {dt}: pearson {r:.6}, argmax and top-5 equal");
         }
