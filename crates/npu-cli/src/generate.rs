@@ -26,6 +26,7 @@ pub struct GenerateArgs {
     pub prompt_ids: Vec<i64>,
     pub max_new_tokens: usize,
     pub backend: String,
+    pub profile: bool,
 }
 
 fn input<'a>(p: &'a Program, name: &str, file: &Path) -> Result<&'a IoTensor> {
@@ -102,6 +103,8 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
         .prepare(&dec, weights.as_ref())
         .with_context(|| format!("cannot prepare {}", a.decode.display()))?;
     let prepare_s = t.elapsed().as_secs_f64();
+    pre_x.set_profiling(a.profile);
+    dec_x.set_profiling(a.profile);
     let pad = s - p;
     let mut ids = vec![0i64; pad];
     ids.extend(&a.prompt_ids);
@@ -183,5 +186,9 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     }
     let text: Vec<String> = generated.iter().map(|t| t.to_string()).collect();
     say!("generated: {}", text.join(","));
+    if a.profile {
+        crate::profile::print("prefill", &pre_x.profile(), 10);
+        crate::profile::print("decode", &dec_x.profile(), 10);
+    }
     Ok(())
 }

@@ -3,6 +3,7 @@
 #[macro_use]
 mod out;
 mod generate;
+mod profile;
 mod run;
 
 use anyhow::{Context, Result};
@@ -84,6 +85,9 @@ enum Cmd {
         /// Run this many times and report the timings.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+        /// Time every step and print where the time goes.
+        #[arg(long)]
+        profile: bool,
     },
     /// Greedy generation with a prefill and a decode program sharing the KV cache.
     Generate {
@@ -100,6 +104,9 @@ enum Cmd {
         max_new_tokens: usize,
         #[arg(long, default_value = "cpu")]
         backend: String,
+        /// Time every step of prefill and decode and print where the time goes.
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -169,6 +176,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             outputs,
             backend,
             repeat,
+            profile,
         } => {
             run::run(run::RunArgs {
                 program,
@@ -177,6 +185,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 outputs,
                 backend,
                 repeat,
+                profile,
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -187,6 +196,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             prompt_ids,
             max_new_tokens,
             backend,
+            profile,
         } => {
             generate::generate(generate::GenerateArgs {
                 prefill,
@@ -195,6 +205,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 prompt_ids,
                 max_new_tokens,
                 backend,
+                profile,
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -16,6 +16,7 @@ pub struct RunArgs {
     pub outputs: Option<PathBuf>,
     pub backend: String,
     pub repeat: usize,
+    pub profile: bool,
 }
 
 /// Opens the weight file, or an empty source for programs that read none.
@@ -42,6 +43,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         .prepare(&program, weights.as_ref())
         .with_context(|| format!("cannot prepare {}", a.program.display()))?;
     let prepare_ms = t.elapsed().as_secs_f64() * 1e3;
+    exe.set_profiling(a.profile);
     let file: Vec<(String, HostTensor)> = match &a.inputs {
         Some(p) => read_safetensors(p)?,
         None => Vec::new(),
@@ -116,6 +118,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     if let Some(p) = &a.outputs {
         say!("wrote {}", p.display());
+    }
+    if a.profile {
+        crate::profile::print(&a.program.display().to_string(), &exe.profile(), 10);
     }
     Ok(())
 }

@@ -25,9 +25,28 @@ pub trait DeviceState: Any + Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+/// Accumulated wall time of one program step over the profiled runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepTime {
+    pub step: usize,
+    pub kernel: &'static str,
+    pub origin: String,
+    pub total_ms: f64,
+    pub runs: usize,
+}
+
 /// A prepared program.
 pub trait Executable: Send {
     fn program(&self) -> &Program;
+
+    /// Starts (or stops) timing every step of later runs; off by default, so the hot path
+    /// pays nothing. Backends without step timing ignore it.
+    fn set_profiling(&mut self, _on: bool) {}
+
+    /// Per-step times of the runs made while profiling was on (empty if never on).
+    fn profile(&self) -> Vec<StepTime> {
+        Vec::new()
+    }
 
     /// Empty state for this backend; buffers are created (zeroed) by the first run that
     /// needs them, or by an explicit state input.

@@ -8,7 +8,7 @@ mod error;
 pub mod tensor;
 pub mod weights;
 
-pub use backend::{backend_by_name, Backend, DeviceState, Executable};
+pub use backend::{backend_by_name, Backend, DeviceState, Executable, StepTime};
 pub use cpu::CpuBackend;
 pub use error::{Result, RuntimeError};
 pub use tensor::{read_safetensors, write_safetensors, HostTensor};

@@ -557,6 +557,30 @@ fn embedding_index_copy_rope_copy_fill() {
     )
     .contains("9"));
 
+    // Along the last axis, converting f32 rows into a bf16 destination.
+    let mut dest = T::rand(DType::BF16, &[3, 7], &mut rng);
+    let before = T {
+        data: dest.data.clone(),
+        ..T::rand(DType::BF16, &[3, 7], &mut rng)
+    };
+    let mut src = T::strided(DType::F32, &[3, 2], &[1, 3], &mut rng);
+    let mut index = T::rand(DType::I64, &[2], &mut rng);
+    index.set_i(&[0], 6);
+    index.set_i(&[1], 2);
+    run(
+        &Kernel::IndexCopy { axis: 1 },
+        &mut [&mut index, &mut src],
+        &mut dest,
+    );
+    check(
+        &dest,
+        |i| match [6usize, 2].iter().position(|&p| p == i[1]) {
+            Some(j) => src.at(&[i[0], j]),
+            None => before.at(i),
+        },
+        "index_copy along the last axis",
+    );
+
     let mut x = T::strided(DType::F32, &[1, 3, 5, 8], &[120, 8, 24, 1], &mut rng);
     let mut cos = T::strided(DType::F32, &[1, 3, 5, 8], &[40, 0, 8, 1], &mut rng);
     let mut sin = T::strided(DType::F32, &[1, 3, 5, 8], &[40, 0, 8, 1], &mut rng);

@@ -17,7 +17,7 @@ pub mod rope;
 pub mod softmax;
 pub mod view;
 
-use crate::backend::{Backend, DeviceState, Executable};
+use crate::backend::{Backend, DeviceState, Executable, StepTime};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::{cast_bytes, store_f32, store_i64, HostTensor};
 use crate::weights::{build_weight, check_sources, WeightSource};
@@ -165,6 +165,8 @@ pub struct CpuExecutable {
     arena: Buf,
     /// Base pointers of the input slots for the current run (reused, no allocation).
     input_ptrs: Vec<usize>,
+    /// Per-step (total ms, runs) while profiling; empty when off.
+    step_ms: Vec<(f64, usize)>,
     provided: Vec<bool>,
 }
 
@@ -311,6 +313,7 @@ impl CpuExecutable {
             consts,
             arena,
             input_ptrs: vec![0; n_in],
+            step_ms: Vec::new(),
             provided: vec![false; n_in],
         })
     }
@@ -425,6 +428,29 @@ impl Executable for CpuExecutable {
         Box::new(CpuState::default())
     }
 
+    fn set_profiling(&mut self, on: bool) {
+        self.step_ms = if on {
+            vec![(0.0, 0); self.program.steps.len()]
+        } else {
+            Vec::new()
+        };
+    }
+
+    fn profile(&self) -> Vec<StepTime> {
+        self.step_ms
+            .iter()
+            .zip(&self.program.steps)
+            .enumerate()
+            .map(|(i, (&(total_ms, runs), s))| StepTime {
+                step: i,
+                kernel: s.kernel.kind(),
+                origin: s.origin.clone(),
+                total_ms,
+                runs,
+            })
+            .collect()
+    }
+
     fn run(
         &mut self,
         inputs: &[(&str, &HostTensor)],
@@ -469,12 +495,18 @@ impl Executable for CpuExecutable {
                     strides: &b.strides,
                 });
             }
+            let started = (!self.step_ms.is_empty()).then(std::time::Instant::now);
             exec_step(&step.kernel, &ins, &outs).map_err(|message| RuntimeError::Step {
                 step: si,
                 origin: step.origin.clone(),
                 kernel: step.kernel.kind(),
                 message,
             })?;
+            if let Some(t) = started {
+                let e = &mut self.step_ms[si];
+                e.0 += t.elapsed().as_secs_f64() * 1e3;
+                e.1 += 1;
+            }
         }
         let mut result = Vec::new();
         for (oi, o) in self.program.outputs.iter().enumerate() {
