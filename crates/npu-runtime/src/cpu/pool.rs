@@ -1,6 +1,6 @@
 //! NCHW max/average pooling and adaptive average pooling (ATen window semantics).
 
-use super::view::View;
+use super::view::{with_scratch, View};
 use npu_compiler::program::PoolKind;
 use rayon::prelude::*;
 
@@ -34,65 +34,75 @@ pub fn pool2d(
         x.shape[3] as isize,
     );
     let (oh, ow) = (out.shape[2], out.shape[3]);
+    let (hu, wu) = (h as usize, w as usize);
     (0..n * c).into_par_iter().for_each(|plane| {
         let (ni, ci) = (plane / c, plane % c);
         let xb = ni * x.strides[0] + ci * x.strides[1];
         let ob = ni * out.strides[0] + ci * out.strides[1];
-        for oy in 0..oh {
-            for ox in 0..ow {
+        // The plane once in f32, then windows over plain slices.
+        with_scratch(0, hu * wu + ow, |buf| {
+            let (img, orow) = buf.split_at_mut(hu * wu);
+            for yy in 0..hu {
+                x.gather(
+                    xb + yy * x.strides[2],
+                    x.strides[3],
+                    &mut img[yy * wu..(yy + 1) * wu],
+                );
+            }
+            for oy in 0..oh {
                 let hs = (oy * s[0]) as isize - p[0] as isize;
-                let ws = (ox * s[1]) as isize - p[1] as isize;
-                let v = match kind {
-                    PoolKind::Max => {
-                        let mut m = f32::NEG_INFINITY;
-                        for i in 0..k[0] {
-                            let yy = hs + (i * d[0]) as isize;
-                            if yy < 0 || yy >= h {
-                                continue;
-                            }
-                            for j in 0..k[1] {
-                                let xx = ws + (j * d[1]) as isize;
-                                if xx < 0 || xx >= w {
+                for (ox, o) in orow.iter_mut().enumerate() {
+                    let ws = (ox * s[1]) as isize - p[1] as isize;
+                    *o = match kind {
+                        PoolKind::Max => {
+                            let mut m = f32::NEG_INFINITY;
+                            for i in 0..k[0] {
+                                let yy = hs + (i * d[0]) as isize;
+                                if yy < 0 || yy >= h {
                                     continue;
                                 }
-                                let v = x.ld(xb
-                                    + yy as usize * x.strides[2]
-                                    + xx as usize * x.strides[3]);
-                                if v > m || v.is_nan() {
-                                    m = v;
+                                let row = &img[yy as usize * wu..(yy as usize + 1) * wu];
+                                for j in 0..k[1] {
+                                    let xx = ws + (j * d[1]) as isize;
+                                    if xx < 0 || xx >= w {
+                                        continue;
+                                    }
+                                    let v = row[xx as usize];
+                                    if v > m || v.is_nan() {
+                                        m = v;
+                                    }
                                 }
                             }
+                            m
                         }
-                        m
-                    }
-                    PoolKind::Avg {
-                        count_include_pad,
-                        divisor,
-                    } => {
-                        let he = (hs + k[0] as isize).min(h + p[0] as isize);
-                        let we = (ws + k[1] as isize).min(w + p[1] as isize);
-                        let pool = (he - hs) * (we - ws);
-                        let (h0, w0) = (hs.max(0), ws.max(0));
-                        let (h1, w1) = (he.min(h), we.min(w));
-                        let mut sum = 0.0f32;
-                        for yy in h0..h1 {
-                            for xx in w0..w1 {
-                                sum += x.ld(xb
-                                    + yy as usize * x.strides[2]
-                                    + xx as usize * x.strides[3]);
+                        PoolKind::Avg {
+                            count_include_pad,
+                            divisor,
+                        } => {
+                            let he = (hs + k[0] as isize).min(h + p[0] as isize);
+                            let we = (ws + k[1] as isize).min(w + p[1] as isize);
+                            let pool = (he - hs) * (we - ws);
+                            let (h0, w0) = (hs.max(0), ws.max(0));
+                            let (h1, w1) = (he.min(h), we.min(w));
+                            let mut sum = 0.0f32;
+                            for yy in h0..h1 {
+                                let row = &img[yy as usize * wu..(yy as usize + 1) * wu];
+                                for xx in w0..w1 {
+                                    sum += row[xx as usize];
+                                }
                             }
+                            let div = match divisor {
+                                Some(dv) => dv as f32,
+                                None if count_include_pad => pool as f32,
+                                None => ((h1 - h0).max(0) * (w1 - w0).max(0)) as f32,
+                            };
+                            sum / div
                         }
-                        let div = match divisor {
-                            Some(dv) => dv as f32,
-                            None if count_include_pad => pool as f32,
-                            None => ((h1 - h0).max(0) * (w1 - w0).max(0)) as f32,
-                        };
-                        sum / div
-                    }
-                };
-                out.st(ob + oy * out.strides[2] + ox * out.strides[3], v);
+                    };
+                }
+                out.scatter(ob + oy * out.strides[2], out.strides[3], orow);
             }
-        }
+        });
     });
     Ok(())
 }
