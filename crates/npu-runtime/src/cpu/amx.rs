@@ -136,30 +136,50 @@ pub unsafe fn gemm_bf16(
     let wp = SendPtr(w as *mut u16);
     let packed_ptr = SendPtr(packed.as_mut_ptr());
     (0..n / NB).into_par_iter().for_each(|nb| {
-        let mut tile = [0f32; NB * MB];
-        configure();
-        for mblk in 0..mp / MB {
+        // f32 accumulators of this task's 32 weight rows x every row of `a`, one 32 x 32 block
+        // per pair of 16-row activation blocks, n-major inside a block.
+        super::view::with_scratch(0, NB * mp, |acc| {
+            configure();
             let w0 = wp.get().add(nb * NB * w_rs);
             let w1 = w0.add(16 * w_rs);
-            let p0 = packed_ptr.get().add(mblk * 2 * kblocks * 512);
-            let p1 = p0.add(kblocks * 512);
-            block(kblocks, w0, w1, w_rs * 2, p0, p1, tile.as_mut_ptr());
-            // tile is [n 0..32][m 0..32] f32; c is [m][n].
-            let n0 = nb * NB;
-            for mm in 0..MB {
-                let row = mblk * MB + mm;
-                if row >= m {
-                    break;
+            // K in chunks whose weight panel (32 x KCHUNK) and activation tiles stay in L2
+            // while every activation block reuses them; partial sums wait in `acc`.
+            let mut kc = 0;
+            while kc < kblocks {
+                let kn = KCHUNK.min(kblocks - kc);
+                for mblk in 0..mp / MB {
+                    let p0 = packed_ptr.get().add((mblk * 2 * kblocks + kc) * 512);
+                    let p1 = p0.add(kblocks * 512);
+                    let out = acc.as_mut_ptr().add(mblk * NB * MB);
+                    block(
+                        kn,
+                        w0.add(kc * KB),
+                        w1.add(kc * KB),
+                        w_rs * 2,
+                        p0,
+                        p1,
+                        out,
+                        kc > 0,
+                    );
                 }
+                kc += kn;
+            }
+            release();
+            let n0 = nb * NB;
+            for row in 0..m {
+                let (mblk, mm) = (row / MB, row % MB);
+                let blk = &acc[mblk * NB * MB..(mblk + 1) * NB * MB];
                 let dst = cp.get().add(row * n + n0);
                 for nn in 0..NB {
-                    *dst.add(nn) = tile[nn * MB + mm];
+                    *dst.add(nn) = blk[nn * MB + mm];
                 }
             }
-        }
-        release();
+        });
     });
 }
+
+/// K blocks (of 32) per chunk: a 32-row weight panel of 128 KiB.
+const KCHUNK: usize = 64;
 
 /// Tile palette 1: tmm0-3 accumulators (16 x 16 f32), tmm4-5 weight rows, tmm6-7 packed
 /// activations (16 x 32 bf16 each). The configuration is per thread.
@@ -191,7 +211,8 @@ unsafe fn release() {
     std::arch::asm!("tilerelease", options(nostack, nomem));
 }
 
-/// out[32 n x 32 m] (f32, n-major) = W[32 rows, K] x packed[two 16-row blocks].
+/// out[32 n x 32 m] (f32, n-major) (+)= W[32 rows, K] x packed[two 16-row blocks]: starts
+/// from zero, or from `out` when `accumulate`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn block(
@@ -202,15 +223,32 @@ unsafe fn block(
     p0: *const u16,
     p1: *const u16,
     out: *mut f32,
+    accumulate: bool,
 ) {
     use std::arch::asm;
-    asm!(
-        "tilezero tmm0",
-        "tilezero tmm1",
-        "tilezero tmm2",
-        "tilezero tmm3",
-        options(nostack, nomem)
-    );
+    let stride = MB * 4;
+    if accumulate {
+        asm!(
+            "tileloadd tmm0, [{o0} + {s}*1]",
+            "tileloadd tmm1, [{o1} + {s}*1]",
+            "tileloadd tmm2, [{o2} + {s}*1]",
+            "tileloadd tmm3, [{o3} + {s}*1]",
+            o0 = in(reg) out,
+            o1 = in(reg) out.add(16),
+            o2 = in(reg) out.add(16 * MB),
+            o3 = in(reg) out.add(16 * MB + 16),
+            s = in(reg) stride,
+            options(nostack, readonly)
+        );
+    } else {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            options(nostack, nomem)
+        );
+    }
     for kb in 0..kblocks {
         let (a0, a1) = (w0.add(kb * KB), w1.add(kb * KB));
         let (b0, b1) = (p0.add(kb * 512), p1.add(kb * 512));
@@ -236,7 +274,6 @@ unsafe fn block(
         );
     }
     // tmm0: n 0-15 x m 0-15, tmm1: n 0-15 x m 16-31, tmm2: n 16-31 x m 0-15, tmm3: n 16-31 x m 16-31.
-    let stride = MB * 4;
     asm!(
         "tilestored [{o0} + {s}*1], tmm0",
         "tilestored [{o1} + {s}*1], tmm1",
@@ -265,7 +302,8 @@ mod tests {
             eprintln!("no AMX on this machine: skipped");
             return;
         }
-        for (m, n, k) in [(16, 32, 32), (37, 64, 96), (128, 96, 256)] {
+        // The last case spans two K chunks (64 blocks of 32), so partial sums are reloaded.
+        for (m, n, k) in [(16, 32, 32), (37, 64, 96), (128, 96, 256), (48, 64, 2112)] {
             let mut seed = 7u32;
             let mut rnd = || {
                 seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
