@@ -67,6 +67,23 @@ impl Op {
     }
 }
 
+/// Ops whose result is the input's storage seen through new metadata (no data moves).
+pub fn is_view_op(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Ir(
+            npu_ir::Op::Reshape
+                | npu_ir::Op::Transpose { .. }
+                | npu_ir::Op::Permute { .. }
+                | npu_ir::Op::Slice { .. }
+                | npu_ir::Op::Expand { .. }
+                | npu_ir::Op::Chunk { .. }
+                | npu_ir::Op::Split { .. }
+                | npu_ir::Op::Identity
+        )
+    )
+}
+
 pub type CGraph = Graph<Op>;
 pub type CNode = Node<Op>;
 

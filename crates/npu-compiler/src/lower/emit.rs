@@ -4,29 +4,18 @@ use super::views::{Base, View};
 use super::Lowerer;
 use crate::error::CompileError;
 use crate::expr::{Expr, Instr};
-use crate::graph::{norm_dim, CNode, FusedOp, Op};
+use crate::graph::{is_view_op, norm_dim, CNode, FusedOp, Op};
 use crate::program::{Kernel, PoolKind, ReduceOp, Slot};
 use npu_ir::{Op as IrOp, ValueId};
 
 /// True when the op computes into a buffer of its own (false for views and `index_copy`,
 /// which updates its target).
 pub(crate) fn writes_own_buffer(op: &Op) -> bool {
-    !matches!(
-        op,
-        Op::Ir(
-            IrOp::Reshape
-                | IrOp::Transpose { .. }
-                | IrOp::Permute { .. }
-                | IrOp::Slice { .. }
-                | IrOp::Expand { .. }
-                | IrOp::Chunk { .. }
-                | IrOp::Split { .. }
-                | IrOp::Identity
-                | IrOp::GetItem { .. }
-                | IrOp::Dropout { .. }
-                | IrOp::IndexCopy { .. }
-        )
-    )
+    !(is_view_op(op)
+        || matches!(
+            op,
+            Op::Ir(IrOp::GetItem { .. } | IrOp::Dropout { .. } | IrOp::IndexCopy { .. })
+        ))
 }
 
 fn perm_of_transpose(dim0: i64, dim1: i64, rank: usize) -> Option<Vec<usize>> {

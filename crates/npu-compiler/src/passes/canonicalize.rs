@@ -2,7 +2,7 @@
 //! in-place ops into functional ones where that is sound.
 
 use crate::error::CompileError;
-use crate::graph::{norm_dim, remove_nodes, replace_uses_many, Module, Op, Uses};
+use crate::graph::{is_view_op, norm_dim, remove_nodes, replace_uses_many, Module, Op, Uses};
 use crate::passes::dce::eliminate_dead_code;
 use npu_ir::{Op as IrOp, ValueKind};
 use std::collections::HashMap;
@@ -14,22 +14,6 @@ pub struct CanonStats {
     pub resolved_getitems: usize,
     pub functionalized: usize,
     pub dead: usize,
-}
-
-fn is_view(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Ir(
-            IrOp::Reshape
-                | IrOp::Transpose { .. }
-                | IrOp::Permute { .. }
-                | IrOp::Slice { .. }
-                | IrOp::Expand { .. }
-                | IrOp::Chunk { .. }
-                | IrOp::Split { .. }
-                | IrOp::Identity
-        )
-    )
 }
 
 pub fn canonicalize(m: &mut Module) -> Result<CanonStats, CompileError> {
@@ -129,7 +113,7 @@ fn functionalize(m: &mut Module, stats: &mut CanonStats) -> Result<(), CompileEr
             ));
         }
         if let Some((_, p)) = uses.producer(g, target) {
-            if is_view(&p.op) {
+            if is_view_op(&p.op) {
                 let base = p.inputs[0];
                 if uses.users[base.idx()].len() > 1 || uses.is_output[base.idx()] {
                     return Err(CompileError::node(
