@@ -92,30 +92,32 @@ fn compile_and_run_small_cnn() {
     assert!(err.contains("conv1.weight"), "{err}");
 }
 
+/// Compiles the qwen2.5-tiny prefill and decode graphs for the CPU in f32 through the CLI.
+fn compile_tiny_f32(tag: &str) -> (PathBuf, PathBuf) {
+    let (pre, dec) = (
+        tmp(&format!("pre{tag}.npubin")),
+        tmp(&format!("dec{tag}.npubin")),
+    );
+    for (graph, out) in [("prefill", &pre), ("decode", &dec)] {
+        let ir = fixture(&format!("qwen2.5-tiny/{graph}.ir.json"));
+        npu(&[
+            "compile",
+            ir.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--target",
+            "cpu",
+            "--dtype",
+            "f32",
+        ]);
+    }
+    (pre, dec)
+}
+
 #[test]
 fn compile_and_generate_qwen_tiny_f32_matches_pytorch_greedy() {
     let s = |p: &PathBuf| p.to_str().unwrap().to_string();
-    let (pre, dec) = (tmp("pre.npubin"), tmp("dec.npubin"));
-    npu(&[
-        "compile",
-        &s(&fixture("qwen2.5-tiny/prefill.ir.json")),
-        "-o",
-        &s(&pre),
-        "--target",
-        "cpu",
-        "--dtype",
-        "f32",
-    ]);
-    npu(&[
-        "compile",
-        &s(&fixture("qwen2.5-tiny/decode.ir.json")),
-        "-o",
-        &s(&dec),
-        "--target",
-        "cpu",
-        "--dtype",
-        "f32",
-    ]);
+    let (pre, dec) = compile_tiny_f32("");
     let io = read_safetensors(&fixture("qwen2.5-tiny/io.safetensors")).unwrap();
     let get = |k: &str| io.iter().find(|(n, _)| n == k).unwrap().1.to_i64_vec();
     let prompt: Vec<String> = get("prefill.input.input_ids")
@@ -152,27 +154,7 @@ fn compile_and_generate_qwen_tiny_f32_matches_pytorch_greedy() {
 fn generate_left_pads_short_prompts_correctly() {
     use npu_runtime::{Backend, CpuBackend, HostTensor, SafetensorsFile};
     let s = |p: &PathBuf| p.to_str().unwrap().to_string();
-    let (pre, dec) = (tmp("pre-pad.npubin"), tmp("dec-pad.npubin"));
-    npu(&[
-        "compile",
-        &s(&fixture("qwen2.5-tiny/prefill.ir.json")),
-        "-o",
-        &s(&pre),
-        "--target",
-        "cpu",
-        "--dtype",
-        "f32",
-    ]);
-    npu(&[
-        "compile",
-        &s(&fixture("qwen2.5-tiny/decode.ir.json")),
-        "-o",
-        &s(&dec),
-        "--target",
-        "cpu",
-        "--dtype",
-        "f32",
-    ]);
+    let (pre, dec) = compile_tiny_f32("-pad");
     let weights = fixture("qwen2.5-tiny/weights.safetensors");
     let prompt = [17i64, 200, 3];
     let new = 6;
