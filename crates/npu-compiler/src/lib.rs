@@ -10,6 +10,7 @@ pub mod fuse;
 pub mod graph;
 pub mod lower;
 pub mod npubin;
+pub mod partition;
 pub mod passes;
 pub mod program;
 pub mod target;
