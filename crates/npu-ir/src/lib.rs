@@ -20,7 +20,7 @@ pub use graph::{
     ConstData, Graph, Node, NodeId, TensorType, Value, ValueId, ValueKind, WeightInfo,
 };
 pub use json::{RawIr, RawNode, RawTensor};
-pub use op::{BinaryOp, Op, Pool2d, UnaryOp};
+pub use op::{BinaryOp, CompareOp, LogicOp, MinMax, Op, Pool2d, UnaryOp};
 
 use std::path::Path;
 

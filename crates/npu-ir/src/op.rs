@@ -72,6 +72,32 @@ impl BinaryOp {
     }
 }
 
+/// Elementwise comparisons (`eq`, `ne`, `lt`, `le`, `gt`, `ge`); the result is bool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// Two-operand logical/bitwise ops (`logical_and`, `bitwise_or`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LogicOp {
+    And,
+    Or,
+    Xor,
+}
+
+/// Which extreme a max/min-style reduction picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MinMax {
+    Max,
+    Min,
+}
+
 /// 2-D pooling window; `stride` is already defaulted to `kernel` when export left it empty.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pool2d {
@@ -197,6 +223,105 @@ pub enum Op {
         is_causal: bool,
         scale: Option<f64>,
         enable_gqa: bool,
+    },
+    /// `where.self` (cond, self, other); the `Scalar*` overloads carry the scalar operands.
+    Where {
+        self_scalar: Option<f64>,
+        other_scalar: Option<f64>,
+    },
+    /// `masked_fill.Scalar` (value here) or `.Tensor` (value = 0-d input 2, `value` is None).
+    MaskedFill {
+        value: Option<f64>,
+    },
+    /// `x cmp y` (two tensors) or `x cmp scalar`; bool result.
+    Compare {
+        op: CompareOp,
+        scalar: Option<f64>,
+    },
+    LogicalNot,
+    /// `logical_and/or/xor`: operands are truthiness, result bool.
+    Logical {
+        op: LogicOp,
+    },
+    /// `bitwise_not`: logical not on bool, two's complement not on ints.
+    BitwiseNot,
+    /// `bitwise_and/or/xor` (`.Tensor`; `.Scalar` keeps the scalar).
+    Bitwise {
+        op: LogicOp,
+        scalar: Option<i64>,
+    },
+    /// `amax`/`amin` (empty `dims` = all), `max.default`/`min.default` (all dims).
+    ReduceMinMax {
+        op: MinMax,
+        dims: Vec<i64>,
+        keepdim: bool,
+    },
+    /// `max.dim`/`min.dim`: two outputs, values and int64 indices.
+    MinMaxDim {
+        op: MinMax,
+        dim: i64,
+        keepdim: bool,
+    },
+    /// `argmax`/`argmin`; `dim` None = over the flattened input.
+    ArgMinMax {
+        op: MinMax,
+        dim: Option<i64>,
+        keepdim: bool,
+    },
+    /// `beta * input + alpha * (batch1 @ batch2)`.
+    Baddbmm {
+        beta: f64,
+        alpha: f64,
+    },
+    Stack {
+        dim: i64,
+    },
+    /// `gather(self, dim, index)`.
+    Gather {
+        dim: i64,
+    },
+    /// `index_select(self, dim, index)`.
+    IndexSelect {
+        dim: i64,
+    },
+    /// Inclusive prefix sum along `dim`; the accumulation dtype is the output's.
+    Cumsum {
+        dim: i64,
+    },
+    /// `arange` (all overloads): `start + i * step`; length and dtype are the output's.
+    Arange {
+        start: f64,
+        end: f64,
+        step: f64,
+    },
+    /// `zeros_like`/`ones_like`/`full_like`/`new_zeros`/`new_ones`/`new_full`: a constant
+    /// with the output's shape and dtype; the tensor input is only a template.
+    FullLike {
+        value: f64,
+    },
+    /// `group_norm(x, num_groups, weight?, bias?, eps)`.
+    GroupNorm {
+        num_groups: usize,
+        eps: f64,
+    },
+    Hardswish,
+    Hardsigmoid,
+    LeakyRelu {
+        negative_slope: f64,
+    },
+    LogSoftmax {
+        dim: i64,
+        dtype: Option<DType>,
+    },
+    /// `upsample_nearest2d(.vec)`: the output size is the output's; `scales` (h, w) are the
+    /// scale factors when given (they decide the source index, as in ATen).
+    UpsampleNearest2d {
+        scales: Option<[f64; 2]>,
+    },
+    /// `index.Tensor`: advanced indexing; `indexed[d]` says whether dim d has an index tensor
+    /// (the index tensors are inputs 1.., in dim order).
+    Index {
+        indexed: Vec<bool>,
     },
     /// Any op this crate does not type, kept by name for the partitioner.
     Unknown {
@@ -490,6 +615,227 @@ impl Op {
                 scale: a.scalar("scale")?.map(Scalar::as_f64),
                 enable_gqa: a.bool_or("enable_gqa", false)?,
             },
+            ("max", "other") => binary(BinaryOp::Max, false)?,
+            ("min", "other") => binary(BinaryOp::Min, false)?,
+            ("relu6", "default") => Op::Clamp {
+                min: Some(0.0),
+                max: Some(6.0),
+            },
+            ("hardswish", "default") => Op::Hardswish,
+            ("hardsigmoid", "default") => Op::Hardsigmoid,
+            ("leaky_relu", "default") => Op::LeakyRelu {
+                negative_slope: a.f64_or("negative_slope", 0.01)?,
+            },
+            ("where", "self" | "ScalarSelf" | "ScalarOther" | "Scalar") => {
+                let self_scalar = a.scalar("self")?.map(Scalar::as_f64);
+                let other_scalar = a.scalar("other")?.map(Scalar::as_f64);
+                let want =
+                    3 - usize::from(self_scalar.is_some()) - usize::from(other_scalar.is_some());
+                if n_inputs != want {
+                    return Err(bad(
+                        node,
+                        op_type,
+                        format!("where expects {want} tensor inputs, got {n_inputs}"),
+                    ));
+                }
+                Op::Where {
+                    self_scalar,
+                    other_scalar,
+                }
+            }
+            ("masked_fill", "Scalar" | "Tensor") => {
+                let value = a.scalar("value")?.map(Scalar::as_f64);
+                let want = if value.is_some() { 2 } else { 3 };
+                if n_inputs != want {
+                    return Err(bad(
+                        node,
+                        op_type,
+                        format!("masked_fill expects {want} tensor inputs, got {n_inputs}"),
+                    ));
+                }
+                Op::MaskedFill { value }
+            }
+            ("eq" | "ne" | "lt" | "le" | "gt" | "ge", "Tensor" | "Scalar") => {
+                let op = match name {
+                    "eq" => CompareOp::Eq,
+                    "ne" => CompareOp::Ne,
+                    "lt" => CompareOp::Lt,
+                    "le" => CompareOp::Le,
+                    "gt" => CompareOp::Gt,
+                    _ => CompareOp::Ge,
+                };
+                let scalar = if n_inputs >= 2 {
+                    None
+                } else {
+                    Some(
+                        a.scalar("other")?
+                            .ok_or_else(|| {
+                                a.err(
+                                    "other",
+                                    "comparison with one tensor input needs a scalar `other`",
+                                )
+                            })?
+                            .as_f64(),
+                    )
+                };
+                Op::Compare { op, scalar }
+            }
+            ("logical_not", "default") => Op::LogicalNot,
+            ("logical_and" | "logical_or" | "logical_xor", "default") if n_inputs == 2 => {
+                Op::Logical { op: logic_op(name) }
+            }
+            ("bitwise_not", "default") => Op::BitwiseNot,
+            (
+                "bitwise_and" | "bitwise_or" | "bitwise_xor" | "__and__" | "__or__" | "__xor__",
+                "Tensor" | "Scalar",
+            ) => {
+                let scalar = if n_inputs >= 2 {
+                    None
+                } else {
+                    match a.scalar("other")? {
+                        Some(Scalar::Int(i)) => Some(i),
+                        Some(Scalar::Bool(b)) => Some(i64::from(b)),
+                        _ => {
+                            return Err(a.err("other", "bitwise op needs an integer or bool scalar"))
+                        }
+                    }
+                };
+                Op::Bitwise {
+                    op: logic_op(name),
+                    scalar,
+                }
+            }
+            ("amax" | "amin", "default") => Op::ReduceMinMax {
+                op: min_max(name),
+                dims: a.ints_or("dim", 1, &[])?,
+                keepdim: a.bool_or("keepdim", false)?,
+            },
+            ("max" | "min", "default") => Op::ReduceMinMax {
+                op: min_max(name),
+                dims: Vec::new(),
+                keepdim: false,
+            },
+            ("max" | "min", "dim") => Op::MinMaxDim {
+                op: min_max(name),
+                dim: a.i64_or("dim", 0)?,
+                keepdim: a.bool_or("keepdim", false)?,
+            },
+            ("argmax" | "argmin", "default") => Op::ArgMinMax {
+                op: min_max(&name[3..]),
+                dim: a.has("dim").then(|| a.i64_or("dim", 0)).transpose()?,
+                keepdim: a.bool_or("keepdim", false)?,
+            },
+            ("sum", "default") => Op::Sum {
+                dims: Vec::new(),
+                keepdim: false,
+            },
+            ("mean", "default") => Op::Mean {
+                dims: Vec::new(),
+                keepdim: false,
+            },
+            ("baddbmm", "default") => Op::Baddbmm {
+                beta: a.f64_or("beta", 1.0)?,
+                alpha: a.f64_or("alpha", 1.0)?,
+            },
+            ("stack", "default") => Op::Stack {
+                dim: a.i64_or("dim", 0)?,
+            },
+            ("gather", "default") => Op::Gather {
+                dim: a.i64_or("dim", 0)?,
+            },
+            ("index_select", "default") => Op::IndexSelect {
+                dim: a.i64_or("dim", 0)?,
+            },
+            ("cumsum", "default") => Op::Cumsum {
+                dim: a.i64_or("dim", 0)?,
+            },
+            ("arange", "default" | "start" | "start_step") => {
+                let get = |k: &str| -> Result<Option<f64>, IrError> {
+                    Ok(a.scalar(k)?.map(Scalar::as_f64))
+                };
+                let end = get("end")?.ok_or_else(|| a.err("end", "arange needs `end`"))?;
+                let step = get("step")?.unwrap_or(1.0);
+                if step == 0.0 {
+                    return Err(a.err("step", "arange step must be non-zero"));
+                }
+                Op::Arange {
+                    start: get("start")?.unwrap_or(0.0),
+                    end,
+                    step,
+                }
+            }
+            ("zeros_like" | "new_zeros" | "empty_like" | "new_empty", _) => {
+                Op::FullLike { value: 0.0 }
+            }
+            ("ones_like" | "new_ones", _) => Op::FullLike { value: 1.0 },
+            ("full_like" | "new_full", "default") => Op::FullLike {
+                value: a
+                    .scalar("fill_value")?
+                    .ok_or_else(|| a.err("fill_value", "required attribute is missing"))?
+                    .as_f64(),
+            },
+            ("empty", "memory_format" | "default") => Op::Full { value: 0.0 },
+            ("group_norm", "default") => {
+                let g = a.i64_or("num_groups", 0)?;
+                if g < 1 {
+                    return Err(a.err("num_groups", "must be at least 1"));
+                }
+                Op::GroupNorm {
+                    num_groups: g as usize,
+                    eps: a.f64_or("eps", 1e-5)?,
+                }
+            }
+            ("log_softmax", "int") | ("_log_softmax", "default") => Op::LogSoftmax {
+                dim: a.i64_or("dim", -1)?,
+                dtype: a.dtype("dtype")?,
+            },
+            ("upsample_nearest2d", "vec" | "default") => {
+                let scales = if overload == "vec" {
+                    match a.map.get("scale_factors") {
+                        Some(Json::Array(v)) if !v.is_empty() => {
+                            let f: Vec<f64> = v.iter().filter_map(crate::attrs::json_f64).collect();
+                            match f.as_slice() {
+                                [h, w] => Some([*h, *w]),
+                                [s] => Some([*s, *s]),
+                                _ => {
+                                    return Err(a.err("scale_factors", "expected one or two floats"))
+                                }
+                            }
+                        }
+                        _ => None,
+                    }
+                } else {
+                    match (a.scalar("scales_h")?, a.scalar("scales_w")?) {
+                        (Some(h), Some(w)) => Some([h.as_f64(), w.as_f64()]),
+                        _ => None,
+                    }
+                };
+                Op::UpsampleNearest2d { scales }
+            }
+            ("index", "Tensor") => {
+                let present: Vec<bool> = match a.map.get("_tensor_list_none_masks") {
+                    Some(Json::Array(lists)) if !lists.is_empty() => match &lists[0] {
+                        // torch_ir records `True` for a None entry
+                        Json::Array(m) => m.iter().map(|b| b.as_bool() != Some(true)).collect(),
+                        _ => {
+                            return Err(a.err("_tensor_list_none_masks", "expected a list of bools"))
+                        }
+                    },
+                    _ => vec![true; n_inputs.saturating_sub(1)],
+                };
+                if present.iter().filter(|p| **p).count() + 1 != n_inputs {
+                    return Err(bad(
+                        node,
+                        op_type,
+                        format!(
+                            "index: {} index tensors declared, {} inputs",
+                            present.len(),
+                            n_inputs
+                        ),
+                    ));
+                }
+                Op::Index { indexed: present }
+            }
             _ => unknown(),
         };
         Ok((op, inplace))
@@ -511,6 +857,25 @@ impl Op {
                 to_snake(head)
             }
         }
+    }
+}
+
+fn logic_op(name: &str) -> LogicOp {
+    let name = name.trim_end_matches('_');
+    if name.ends_with("and") {
+        LogicOp::And
+    } else if name.ends_with("xor") {
+        LogicOp::Xor
+    } else {
+        LogicOp::Or
+    }
+}
+
+fn min_max(name: &str) -> MinMax {
+    if name.ends_with("max") {
+        MinMax::Max
+    } else {
+        MinMax::Min
     }
 }
 

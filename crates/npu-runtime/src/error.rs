@@ -66,6 +66,18 @@ pub enum RuntimeError {
     Tensor { name: String, message: String },
     #[error("cannot convert {from} to {to}")]
     Conversion { from: DType, to: DType },
+    #[error("fallback interpreter, node '{node}' ({op_type}): {message}")]
+    Fallback {
+        node: String,
+        op_type: String,
+        message: String,
+    },
+    #[error("partition {partition} ({device}): {message}")]
+    Partition {
+        partition: usize,
+        device: &'static str,
+        message: String,
+    },
     #[error("backend '{0}' is not available (known: cpu)")]
     UnknownBackend(String),
 }

@@ -11,7 +11,10 @@ from pathlib import Path
 from . import vision
 
 QWEN_MODELS = ("qwen2.5-tiny", "qwen2.5-1.5b")
-MODELS = (*vision.MODELS.keys(), *QWEN_MODELS)
+BERT_MODELS = ("bert-tiny",)
+# not a model: per-op reference cases for the CPU fallback interpreter (fallback_refs.py)
+FALLBACK_REFS = "fallback-refs"
+MODELS = (*vision.MODELS.keys(), *QWEN_MODELS, *BERT_MODELS, FALLBACK_REFS)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -19,7 +22,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("model", choices=MODELS)
     p.add_argument("--out", type=Path, required=True, help="output directory (created)")
     p.add_argument("--batch", type=int, default=None, help="batch size (non-LLM models; default 1)")
-    p.add_argument("--seq-len", type=int, default=None, help="prefill length (tiny 8, 1.5b 128)")
+    p.add_argument(
+        "--seq-len", type=int, default=None, help="prefill length (tiny 8, 1.5b 128; bert-tiny 16)"
+    )
     p.add_argument(
         "--max-cache-len", type=int, default=None, help="static KV cache length (tiny 64, 1.5b 2048)"
     )
@@ -42,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         from . import qwen
 
         meta = qwen.export(args)
+    elif args.model in BERT_MODELS:
+        from . import bert
+
+        meta = bert.export(args)
+    elif args.model == FALLBACK_REFS:
+        from . import fallback_refs
+
+        meta = fallback_refs.export(args)
     else:
         if args.hf_dir is not None or args.seq_len is not None or args.max_cache_len is not None:
             print("error: --hf-dir/--seq-len/--max-cache-len apply to Qwen models only", file=sys.stderr)
