@@ -4,7 +4,6 @@
 
 pub mod backend;
 pub mod cpu;
-pub mod dag;
 pub mod fallback;
 mod error;
 pub mod tensor;
