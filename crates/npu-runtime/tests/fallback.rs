@@ -3,7 +3,7 @@
 
 use npu_ir::DType;
 use npu_runtime::fallback::{eval_node, run_graph};
-use npu_runtime::{read_safetensors, HostTensor, SafetensorsFile};
+use npu_runtime::{read_safetensors, HostTensor, MemoryWeights, SafetensorsFile};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -68,4 +68,263 @@ fn bert_tiny_matches_pytorch() {
         err <= 1e-4 * scale.max(1.0),
         "max abs err {err} (scale {scale})"
     );
+}
+
+/// Elementwise tolerance for an output of `dtype`, given the reference's largest magnitude.
+fn within(dtype: DType, got: f32, want: f32, scale: f32) -> bool {
+    if got == want || (got.is_nan() && want.is_nan()) {
+        return true;
+    }
+    match dtype {
+        DType::F32 | DType::F64 => (got - want).abs() <= 1e-5 * scale.max(1.0),
+        // about one bf16/f16 ulp of the value; composite ops (sdpa, matmul) round their
+        // intermediates (scores, probabilities) to bf16 in PyTorch eager, which puts its
+        // small outputs several ulps off the exact result (sdpa_bf16: PyTorch 5 ulps away
+        // from the f64 value, the interpreter 0), so small values get one ulp of scale / 4
+        DType::BF16 => (got - want).abs() <= (1.0 / 128.0) * want.abs().max(scale / 4.0),
+        DType::F16 => (got - want).abs() <= (1.0 / 1024.0) * want.abs().max(scale / 4.0),
+        _ => false,
+    }
+}
+
+struct Refs(HashMap<String, HostTensor>);
+
+impl Refs {
+    fn load() -> Refs {
+        let path = fixtures().join("fallback/refs.safetensors");
+        Refs(read_safetensors(&path).unwrap().into_iter().collect())
+    }
+    fn with_prefix(&self, prefix: &str) -> HashMap<String, HostTensor> {
+        self.0
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|n| (n.to_string(), v.clone())))
+            .collect()
+    }
+}
+
+/// Runs one case; returns the op names of its graph.
+fn run_case(refs: &Refs, case: &str) -> Vec<String> {
+    let graph = npu_ir::load(&fixtures().join(format!("fallback/{case}.ir.json"))).unwrap();
+    let weights = MemoryWeights(refs.with_prefix(&format!("{case}.weight.")));
+    let inputs = refs.with_prefix(&format!("{case}.input."));
+    let named: Vec<(&str, &HostTensor)> = graph
+        .inputs
+        .iter()
+        .map(|id| {
+            let n = graph.value(*id).name.as_str();
+            (
+                n,
+                inputs
+                    .get(n)
+                    .unwrap_or_else(|| panic!("{case}: no input {n}")),
+            )
+        })
+        .collect();
+    let outs = run_graph(&graph, &named, &weights).unwrap_or_else(|e| panic!("{case}: {e}"));
+    let expected = refs.with_prefix(&format!("{case}.output."));
+    assert_eq!(outs.len(), expected.len(), "{case}: output count");
+    for (name, got) in &outs {
+        let want = &expected[name];
+        assert_eq!(got.shape(), want.shape(), "{case}/{name}: shape");
+        assert_eq!(got.dtype(), want.dtype(), "{case}/{name}: dtype");
+        if want.dtype().is_float() {
+            let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
+            let scale = w
+                .iter()
+                .filter(|x| x.is_finite())
+                .fold(0f32, |m, x| m.max(x.abs()));
+            for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+                assert!(
+                    within(want.dtype(), a, b, scale),
+                    "{case}/{name}[{i}]: got {a}, PyTorch {b} (scale {scale})"
+                );
+            }
+        } else {
+            assert_eq!(got.to_i64_vec(), want.to_i64_vec(), "{case}/{name}: values");
+        }
+    }
+    graph.nodes.iter().map(|n| n.op.name()).collect()
+}
+
+fn case_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures().join("fallback"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".ir.json").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn every_op_case_matches_pytorch() {
+    let refs = Refs::load();
+    let names = case_names();
+    assert!(names.len() >= 30, "{names:?}");
+    let mut seen = std::collections::BTreeSet::new();
+    for case in &names {
+        seen.extend(run_case(&refs, case));
+    }
+    // every op the interpreter promises has at least one PyTorch case
+    let required = [
+        "gelu",
+        "gelu_tanh",
+        "layer_norm",
+        "group_norm",
+        "batch_norm",
+        "tanh",
+        "sigmoid",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "abs",
+        "neg",
+        "silu",
+        "relu",
+        "sin",
+        "cos",
+        "recip",
+        "clamp",
+        "hardswish",
+        "hardsigmoid",
+        "leaky_relu",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "pow",
+        "max",
+        "min",
+        "sub_scalar",
+        "mul_scalar",
+        "where",
+        "masked_fill",
+        "compare",
+        "logical_not",
+        "logical",
+        "bitwise_not",
+        "bitwise",
+        "reduce_min_max",
+        "min_max_dim",
+        "arg_min_max",
+        "sum",
+        "mean",
+        "cumsum",
+        "softmax",
+        "log_softmax",
+        "matmul",
+        "baddbmm",
+        "addmm",
+        "linear",
+        "permute",
+        "transpose",
+        "reshape",
+        "expand",
+        "slice",
+        "split",
+        "chunk",
+        "cat",
+        "stack",
+        "gather",
+        "index_select",
+        "index",
+        "index_copy",
+        "embedding",
+        "arange",
+        "full",
+        "full_like",
+        "sdpa",
+        "conv2d",
+        "max_pool2d",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
+        "upsample_nearest2d",
+        "cast",
+        "dropout",
+        "get_item",
+        "assert_metadata",
+    ];
+    let missing: Vec<&str> = required
+        .iter()
+        .copied()
+        .filter(|r| !seen.contains(*r))
+        .collect();
+    assert!(missing.is_empty(), "no case for {missing:?}; seen {seen:?}");
+}
+
+const UNKNOWN_OP_IR: &str = r#"{
+  "model_name": "m", "pytorch_version": "2.11.0",
+  "graph_inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32"}],
+  "graph_outputs": [{"name": "erfinv", "shape": [2, 3], "dtype": "float32"}],
+  "weights": [], "weight_name_mapping": {},
+  "nodes": [{"name": "erfinv", "op_type": "aten.erfinv.default",
+    "inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32", "producer_node": "x", "producer_output_idx": 0}],
+    "outputs": [{"name": "erfinv", "shape": [2, 3], "dtype": "float32"}], "attrs": {}}]
+}"#;
+
+#[test]
+fn unknown_op_is_an_error_naming_op_and_node() {
+    let graph = npu_ir::parse_str(UNKNOWN_OP_IR).unwrap();
+    let x = HostTensor::from_f32(vec![2, 3], &[0.1, 0.2, 0.3, -0.1, -0.2, -0.3]);
+    let err = run_graph(&graph, &[("x", &x)], &MemoryWeights::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("aten.erfinv.default"), "{err}");
+    assert!(err.contains("'erfinv'"), "{err}");
+}
+
+#[test]
+fn shape_mismatch_is_an_error_not_a_panic() {
+    let ir = UNKNOWN_OP_IR
+        .replace("aten.erfinv.default", "aten.add.Tensor")
+        .replace(
+            r#""outputs": [{"name": "erfinv", "shape": [2, 3]"#,
+            r#""outputs": [{"name": "erfinv", "shape": [4, 3]"#,
+        )
+        .replace(
+            r#""graph_outputs": [{"name": "erfinv", "shape": [2, 3]"#,
+            r#""graph_outputs": [{"name": "erfinv", "shape": [4, 3]"#,
+        )
+        .replace(r#""attrs": {}}]"#, r#""attrs": {"other": 1.5}}]"#);
+    let graph = npu_ir::parse_str(&ir).unwrap();
+    let x = HostTensor::from_f32(vec![2, 3], &[1.0; 6]);
+    let err = run_graph(&graph, &[("x", &x)], &MemoryWeights::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'erfinv'") && err.contains("broadcast"),
+        "{err}"
+    );
+    // a wrong input shape is refused up front
+    let y = HostTensor::from_f32(vec![3, 2], &[1.0; 6]);
+    let err = run_graph(&graph, &[("x", &y)], &MemoryWeights::default()).unwrap_err();
+    assert!(err.to_string().contains("'x'"), "{err}");
+}
+
+#[test]
+fn eval_node_checks_output_metadata() {
+    let graph = npu_ir::parse_str(
+        UNKNOWN_OP_IR
+            .replace("aten.erfinv.default", "aten.relu.default")
+            .as_str(),
+    )
+    .unwrap();
+    let node = &graph.nodes[0];
+    let x = HostTensor::from_f32(vec![2, 3], &[-1.0, 2.0, -3.0, 4.0, -5.0, 6.0]);
+    let ty = npu_ir::TensorType {
+        shape: vec![2, 3],
+        dtype: DType::BF16,
+    };
+    let out = eval_node(node, &[&x], &[&ty]).unwrap();
+    assert_eq!(out[0].dtype(), DType::BF16);
+    assert_eq!(out[0].to_f32_vec(), vec![0.0, 2.0, 0.0, 4.0, 0.0, 6.0]);
+    let bad = npu_ir::TensorType {
+        shape: vec![3, 3],
+        dtype: DType::F32,
+    };
+    let err = eval_node(node, &[&x], &[&bad]).unwrap_err().to_string();
+    assert!(err.contains("relu"), "{err}");
 }

@@ -1,9 +1,10 @@
 """bert-tiny: a small random BERT encoder with its masked-LM head (transformers ``BertForMaskedLM``).
 
-One graph ``model`` with inputs ``input_ids``, ``attention_mask`` (int64, the last positions padded with 0) and
-``token_type_ids`` (int64, two segments), all [1, S], and one output, the MLM logits [1, S, vocab]. SDPA attention
-(transformers' default), so the graph builds a boolean padding mask (``arange``/``index.Tensor``/``__and__``)
-and calls ``scaled_dot_product_attention`` with it: the mask ops are ones no NPU target lowers.
+One graph ``model`` with inputs ``input_ids``, ``attention_mask`` (int64, the last positions padded
+with 0) and ``token_type_ids`` (int64, two segments), all [1, S], and one output, the MLM logits
+[1, S, vocab]. SDPA attention (transformers' default), so the graph builds a boolean padding mask
+(``arange``/``index.Tensor``/``__and__``) and calls ``scaled_dot_product_attention`` with it: the mask
+ops are ones no NPU target lowers.
 """
 
 from __future__ import annotations
