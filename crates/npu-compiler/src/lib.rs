@@ -99,6 +99,13 @@ pub fn compile(
     opts: &CompileOptions,
 ) -> Result<(Program, CompileReport), CompileError> {
     let mut report = CompileReport::default();
+    // Passes substitute values (a no-op's output by its input, BN's by the conv's), graph
+    // outputs included; the program keeps the names the caller knows them by.
+    let output_names: Vec<String> = graph
+        .outputs
+        .iter()
+        .map(|&v| graph.value(v).name.clone())
+        .collect();
     let mut m = prepare(graph, &mut report)?;
     let violations = passes::check::check(&m.graph, opts.target);
     if !violations.is_empty() {
@@ -120,7 +127,10 @@ pub fn compile(
     let t = Instant::now();
     let padded = passes::layout::pad_channels(&m.graph, opts.target);
     report.padded_values = padded.len();
-    let program = lower::lower(&m, opts.target, compute, padded)?;
+    let mut program = lower::lower(&m, opts.target, compute, padded)?;
+    for (o, name) in program.outputs.iter_mut().zip(output_names) {
+        o.name = name;
+    }
     report.timings.push(("layout+lower+plan", t.elapsed()));
     Ok((program, report))
 }

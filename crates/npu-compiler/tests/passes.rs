@@ -1069,3 +1069,24 @@ fn fused_ops_report_names() {
     assert_eq!(Op::Ir(IrOp::Linear).name(), "linear");
     assert!(check::check(&Module::new(Ir::new().graph()).graph, &NPU).is_empty());
 }
+
+#[test]
+fn program_outputs_keep_their_graph_names_through_substitutions() {
+    // BN folding replaces the batch_norm value by the conv's, and a no-op clone by its
+    // input; the program must still call the outputs what the graph calls them.
+    let mut ir = Ir::new();
+    let (_, bn) = conv_bn(&mut ir, false);
+    let c = ir.op(
+        "clone",
+        "aten.clone.default",
+        &[&bn],
+        &[2, 5, 8, 8],
+        "float32",
+        json!({}),
+    );
+    ir.output(&bn);
+    ir.output(&c);
+    let p = ir.compile(&NPU, DType::F32);
+    let names: Vec<&str> = p.outputs.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["batch_norm", "clone"]);
+}
