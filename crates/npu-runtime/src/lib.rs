@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod cpu;
+pub mod dag;
 pub mod fallback;
 mod error;
 pub mod tensor;

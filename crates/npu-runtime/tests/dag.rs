@@ -1,0 +1,203 @@
+//! Mixed NPU + CPU execution through the DAG executor, against PyTorch and against the
+//! single-program executor.
+
+use npu_compiler::partition::{partition, place_for_target, Device, PartitionPlan};
+use npu_compiler::{target, CompileOptions, Target};
+use npu_ir::{DType, Graph};
+use npu_runtime::dag::DagExecutor;
+use npu_runtime::{read_safetensors, Backend, CpuBackend, HostTensor, SafetensorsFile};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+mod common;
+use common::{argmax, pearson, top5};
+
+fn fixture(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(dir)
+}
+
+fn io(path: &Path) -> HashMap<String, HostTensor> {
+    read_safetensors(path).unwrap().into_iter().collect()
+}
+
+fn plan(graph: &Graph, tgt: &Target, force_cpu: &[&str]) -> PartitionPlan {
+    let force: Vec<String> = force_cpu.iter().map(|s| s.to_string()).collect();
+    partition(graph, place_for_target(graph, tgt, &force))
+}
+
+fn dag(
+    ir: &Path,
+    weights: &SafetensorsFile,
+    tgt: &'static Target,
+    dtype: DType,
+    force_cpu: &[&str],
+) -> DagExecutor {
+    let graph = npu_ir::load(ir).unwrap();
+    let plan = plan(&graph, tgt, force_cpu);
+    let opts = CompileOptions {
+        target: tgt,
+        dtype: Some(dtype),
+    };
+    DagExecutor::new(graph, plan, &CpuBackend::new(), weights, &opts).unwrap()
+}
+
+fn devices(d: &DagExecutor) -> Vec<Device> {
+    d.plan().partitions.iter().map(|p| p.device).collect()
+}
+
+#[test]
+fn all_npu_graph_through_the_dag_equals_the_single_program() {
+    let dir = fixture("small-cnn");
+    let w = SafetensorsFile::open(&dir.join("weights.safetensors")).unwrap();
+    let io = io(&dir.join("io.safetensors"));
+    let x = &io["input.x"];
+    let mut d = dag(
+        &dir.join("model.ir.json"),
+        &w,
+        &target::NPU,
+        DType::F16,
+        &[],
+    );
+    assert_eq!(devices(&d), [Device::Npu]);
+    assert_eq!(d.plan().transfers().count(), 0);
+    let got = d.run_all(&[("x", x)]).unwrap();
+    let graph = npu_ir::load(&dir.join("model.ir.json")).unwrap();
+    let opts = CompileOptions {
+        target: &target::NPU,
+        dtype: Some(DType::F16),
+    };
+    let (p, _) = npu_compiler::compile(graph, &opts).unwrap();
+    let want = CpuBackend::new()
+        .prepare(&p, &w)
+        .unwrap()
+        .run_all(&[("x", x)])
+        .unwrap();
+    assert_eq!(got, want, "same program, same bits");
+}
+
+#[test]
+fn resnet18_with_pools_forced_to_cpu_matches_pytorch() {
+    let root = std::env::var_os("NPU_TEST_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-models")
+        });
+    let dir = root.join("resnet18");
+    if !dir.join("weights.safetensors").exists() {
+        let required = std::env::var("NPU_REQUIRE_MODELS").is_ok_and(|v| v == "1");
+        assert!(!required, "{}: no export", dir.display());
+        eprintln!("{}: no export, skipped", dir.display());
+        return;
+    }
+    let w = SafetensorsFile::open(&dir.join("weights.safetensors")).unwrap();
+    let io = io(&dir.join("io.safetensors"));
+    let x = &io["input.x"];
+    let want = io.iter().find(|(k, _)| k.starts_with("output.")).unwrap().1;
+    for force in ["max_pool2d", "adaptive_avg_pool2d"] {
+        for (tgt, dt) in [(&target::NPU, DType::F16), (&target::CPU, DType::F32)] {
+            let mut d = dag(&dir.join("model.ir.json"), &w, tgt, dt, &[force]);
+            assert_eq!(
+                devices(&d),
+                [Device::Npu, Device::Cpu, Device::Npu],
+                "{force}: {}",
+                d.plan().to_text(d.graph())
+            );
+            assert_eq!(d.plan().transfers().count(), 2);
+            let out = d.run_all(&[("x", x)]).unwrap();
+            let (g, wv) = (out[0].1.to_f32_vec(), want.to_f32_vec());
+            let r = pearson(&g, &wv);
+            assert!(r > 0.99, "{force} {dt}: pearson {r}");
+            assert_eq!(argmax(&g), argmax(&wv), "{force} {dt}: argmax");
+            assert_eq!(top5(&g), top5(&wv), "{force} {dt}: top-5");
+            eprintln!("resnet18, {force} on cpu, {dt}: pearson {r:.6}, argmax and top-5 equal");
+        }
+    }
+}
+
+/// Prefill + 32 greedy decode steps of qwen2.5-tiny in f32 through DAG executors sharing
+/// one device state; returns the generated tokens.
+fn qwen_tiny_tokens(force_cpu: &[&str]) -> (Vec<i64>, usize) {
+    let dir = fixture("qwen2.5-tiny");
+    let w = SafetensorsFile::open(&dir.join("weights.safetensors")).unwrap();
+    let io = io(&dir.join("io.safetensors"));
+    let mut pre = dag(
+        &dir.join("prefill.ir.json"),
+        &w,
+        &target::CPU,
+        DType::F32,
+        force_cpu,
+    );
+    let mut dec = dag(
+        &dir.join("decode.ir.json"),
+        &w,
+        &target::CPU,
+        DType::F32,
+        force_cpu,
+    );
+    let cpu_parts = dec.plan().count(Device::Cpu);
+    let mut state = pre.new_state();
+    let names: Vec<String> = pre
+        .graph()
+        .inputs
+        .iter()
+        .map(|&v| pre.graph().value(v).name.clone())
+        .filter(|n| !pre.state_inputs().contains(n))
+        .collect();
+    let args: Vec<(&str, &HostTensor)> = names
+        .iter()
+        .map(|n| (n.as_str(), &io[&format!("prefill.input.{n}")]))
+        .collect();
+    let out = pre.run(&args, state.as_mut()).unwrap();
+    assert_eq!(out.len(), 1, "only the logits leave the device");
+    let mut tok = argmax(&out[0].1.to_f32_vec()) as i64;
+    let mut toks = Vec::new();
+    for step in 0..32 {
+        let get = |n: &str| &io[&format!("decode.{step}.input.{n}")];
+        let ids = HostTensor::from_i64(vec![1, 1], &[tok]);
+        let out = dec
+            .run(
+                &[
+                    ("input_ids", &ids),
+                    ("attention_mask", get("attention_mask")),
+                    ("position_ids", get("position_ids")),
+                    ("cache_position", get("cache_position")),
+                ],
+                state.as_mut(),
+            )
+            .unwrap();
+        tok = argmax(&out[0].1.to_f32_vec()) as i64;
+        toks.push(tok);
+    }
+    (toks, cpu_parts)
+}
+
+#[test]
+fn qwen_tiny_with_softmax_on_cpu_generates_the_all_npu_tokens() {
+    let (npu, none) = qwen_tiny_tokens(&[]);
+    assert_eq!(none, 0);
+    let (mixed, cpu_parts) = qwen_tiny_tokens(&["softmax"]);
+    assert_eq!(cpu_parts, 2, "one CPU softmax per layer");
+    assert_eq!(mixed, npu);
+    let io = io(&fixture("qwen2.5-tiny").join("io.safetensors"));
+    assert_eq!(mixed, io["greedy.tokens"].to_i64_vec(), "and PyTorch's");
+}
+
+#[test]
+fn missing_and_unknown_inputs_are_named() {
+    let dir = fixture("small-cnn");
+    let w = SafetensorsFile::open(&dir.join("weights.safetensors")).unwrap();
+    let mut d = dag(
+        &dir.join("model.ir.json"),
+        &w,
+        &target::NPU,
+        DType::F32,
+        &["relu"],
+    );
+    let e = d.run_all(&[]).unwrap_err().to_string();
+    assert!(e.contains("missing input 'x'"), "{e}");
+    let t = HostTensor::from_f32(vec![1], &[1.0]);
+    let e = d.run_all(&[("nope", &t)]).unwrap_err().to_string();
+    assert!(e.contains("unknown input 'nope'"), "{e}");
+}
