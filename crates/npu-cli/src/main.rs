@@ -3,8 +3,10 @@
 #[macro_use]
 mod out;
 mod generate;
+mod partition;
 mod profile;
 mod run;
+mod run_graph;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -71,9 +73,20 @@ enum Cmd {
         #[arg(long, default_value = "npu")]
         target: String,
     },
-    /// Run a compiled program: inputs and outputs as safetensors keyed by graph names.
+    /// Run a compiled program (.npubin), or an IR JSON graph: the graph is partitioned for
+    /// the target, its NPU partitions compiled, and ops the target lacks run on the CPU
+    /// fallback. Inputs and outputs are safetensors keyed by graph names.
     Run {
         program: PathBuf,
+        /// For IR JSON: the target to partition and compile for (npu, cpu).
+        #[arg(long, default_value = "npu")]
+        target: String,
+        /// For IR JSON: compute dtype of the NPU partitions.
+        #[arg(long, value_enum)]
+        dtype: Option<DTypeArg>,
+        /// For IR JSON: run these ops on the CPU fallback (op type or base name). Repeatable.
+        #[arg(long = "force-cpu", value_name = "OP")]
+        force_cpu: Vec<String>,
         #[arg(long)]
         weights: Option<PathBuf>,
         #[arg(long)]
@@ -88,6 +101,19 @@ enum Cmd {
         /// Time every step and print where the time goes.
         #[arg(long)]
         profile: bool,
+    },
+    /// Show how a graph splits into NPU and CPU partitions for a target.
+    Partition {
+        model: PathBuf,
+        #[arg(long, default_value = "npu")]
+        target: String,
+        /// Run these ops on the CPU even if the target supports them: a full op type
+        /// (aten.softmax.int) or a base name (softmax). Repeatable.
+        #[arg(long = "force-cpu", value_name = "OP")]
+        force_cpu: Vec<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Greedy generation with a prefill and a decode program sharing the KV cache.
     Generate {
@@ -171,6 +197,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Run {
             program,
+            target,
+            dtype,
+            force_cpu,
             weights,
             inputs,
             outputs,
@@ -178,7 +207,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             repeat,
             profile,
         } => {
-            run::run(run::RunArgs {
+            let is_graph = program.extension().is_some_and(|e| e == "json");
+            let args = run::RunArgs {
                 program,
                 weights,
                 inputs,
@@ -186,7 +216,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 backend,
                 repeat,
                 profile,
-            })?;
+            };
+            if is_graph {
+                let graph = run_graph::GraphArgs {
+                    target: find_target(&target)?,
+                    dtype: dtype.map(Into::into),
+                    force_cpu,
+                };
+                run_graph::run(args, graph)?;
+            } else {
+                if !force_cpu.is_empty() {
+                    anyhow::bail!("--force-cpu applies to IR JSON models, not compiled programs");
+                }
+                run::run(args)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Generate {
@@ -207,6 +250,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 backend,
                 profile,
             })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Partition {
+            model,
+            target,
+            force_cpu,
+            json,
+        } => {
+            let target = find_target(&target)?;
+            partition::show(&model, target, &force_cpu, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { model, target } => {

@@ -50,13 +50,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     };
     let mut inputs: Vec<(&str, &HostTensor)> = Vec::new();
     for i in &program.inputs {
-        let alt = format!("input.{}", i.name);
-        let found = file
-            .iter()
-            .find(|(k, _)| *k == i.name)
-            .or_else(|| file.iter().find(|(k, _)| *k == alt));
-        match found {
-            Some((_, t)) => inputs.push((i.name.as_str(), t)),
+        match find_input(&file, &i.name) {
+            Some(t) => inputs.push((i.name.as_str(), t)),
             None if i.donates_input.is_none() && !is_state(&program, &i.name) => {
                 let have: Vec<&str> = file.iter().map(|(k, _)| k.as_str()).collect();
                 bail!(
@@ -123,6 +118,16 @@ pub fn run(a: RunArgs) -> Result<()> {
         crate::profile::print(&a.program.display().to_string(), &exe.profile(), 10);
     }
     Ok(())
+}
+
+/// The tensor for input `name` in an inputs file (also accepted as `input.NAME`, the
+/// export tool's reference-file spelling).
+pub fn find_input<'a>(file: &'a [(String, HostTensor)], name: &str) -> Option<&'a HostTensor> {
+    let alt = format!("input.{name}");
+    file.iter()
+        .find(|(k, _)| k == name)
+        .or_else(|| file.iter().find(|(k, _)| *k == alt))
+        .map(|(_, t)| t)
 }
 
 fn is_state(p: &npu_compiler::Program, name: &str) -> bool {
