@@ -146,21 +146,8 @@ pub fn place_for_target(graph: &Graph, target: &Target, force_cpu: &[String]) ->
         if let Some(p) = force_cpu.iter().find(|p| op_matches(&node.op_type, p)) {
             return Some(format!("forced to CPU (--force-cpu {p})"));
         }
-        npu_reason(target, node)
+        target.ir_node_unsupported(node, graph)
     })
-}
-
-/// Asks the target about an IR node as the compiler will see it.
-fn npu_reason(target: &Target, node: &Node) -> Option<String> {
-    let cnode = crate::graph::CNode {
-        name: node.name.clone(),
-        op_type: node.op_type.clone(),
-        op: crate::graph::Op::Ir(node.op.clone()),
-        inplace: node.inplace,
-        inputs: node.inputs.clone(),
-        outputs: node.outputs.clone(),
-    };
-    target.unsupported_reason(&cnode)
 }
 
 /// Places every node: `cpu_reason(node)` is `Some(why)` for nodes the NPU must not run.
