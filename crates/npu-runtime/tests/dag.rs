@@ -201,3 +201,44 @@ fn missing_and_unknown_inputs_are_named() {
     let e = d.run_all(&[("nope", &t)]).unwrap_err().to_string();
     assert!(e.contains("unknown input 'nope'"), "{e}");
 }
+
+#[test]
+fn bert_tiny_runs_partitioned_and_matches_pytorch() {
+    let dir = fixture("bert-tiny");
+    let w = SafetensorsFile::open(&dir.join("weights.safetensors")).unwrap();
+    let io = io(&dir.join("io.safetensors"));
+    let names = ["input_ids", "attention_mask", "token_type_ids"];
+    let args: Vec<(&str, &HostTensor)> = names
+        .iter()
+        .map(|n| (*n, &io[&format!("input.{n}")]))
+        .collect();
+    for (tgt, dt) in [(&target::NPU, DType::F16), (&target::CPU, DType::F32)] {
+        let mut d = dag(&dir.join("model.ir.json"), &w, tgt, dt, &[]);
+        // The NPU set lacks arange, comparisons, boolean logic, index and SDPA with a
+        // boolean mask: those run on the CPU fallback, the rest (embeddings, linears,
+        // layer norms, GELU) on the NPU.
+        let plan = d.plan();
+        assert!(plan.count(Device::Cpu) >= 1 && plan.count(Device::Npu) >= 1);
+        let (name, got) = d.run_all(&args).unwrap().remove(0);
+        let want = &io[&format!("output.{name}")];
+        assert_eq!(got.shape(), want.shape());
+        let (g, wv) = (got.to_f32_vec(), want.to_f32_vec());
+        let r = pearson(&g, &wv);
+        assert!(r > 0.99, "bert-tiny {dt}: pearson {r}");
+        let rows = *want.shape().last().unwrap();
+        let agree = g
+            .chunks(rows)
+            .zip(wv.chunks(rows))
+            .filter(|(a, b)| argmax(a) == argmax(b))
+            .count();
+        eprintln!(
+            "bert-tiny {dt}: {} partitions, pearson {r:.6}, argmax equal at {agree}/{} positions",
+            d.plan().partitions.len(),
+            g.len() / rows
+        );
+        assert!(
+            agree * 10 >= (g.len() / rows) * 9,
+            "{dt}: argmax agreement {agree}"
+        );
+    }
+}

@@ -112,8 +112,9 @@ impl PartitionPlan {
     }
 }
 
-/// Nodes that only reinterpret their input's metadata, or pick a multi-output result: free
-/// on either device, so they run where their producer runs.
+/// Nodes that only reinterpret their input's metadata, pick a multi-output result, or
+/// convert a dtype: cheap on either device, so they run where their producer runs rather
+/// than open a partition of their own.
 fn follows_producer(op: &Op) -> bool {
     matches!(
         op,
@@ -123,6 +124,7 @@ fn follows_producer(op: &Op) -> bool {
             | Op::Expand { .. }
             | Op::Slice { .. }
             | Op::Identity
+            | Op::Cast
             | Op::GetItem { .. }
             | Op::AssertMetadata
             | Op::Dropout { train: false, .. }
