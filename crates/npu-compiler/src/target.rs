@@ -1,7 +1,7 @@
 //! Targets: what an NPU supports. One source of truth, queried per node.
 
 use crate::graph::{CNode, FusedOp, Op};
-use npu_ir::{DType, Op as IrOp};
+use npu_ir::{DType, Graph, Node, Op as IrOp};
 
 /// A compilation target.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,26 +47,243 @@ impl Target {
                 Some(format!("conv2d with dilation {dilation:?}"))
             }
             Op::Fused(_) => None,
-            Op::Ir(op) => match op {
-                IrOp::Unknown { op_type, .. } => {
-                    Some(format!("op '{op_type}' has no NPU lowering"))
-                }
-                IrOp::Conv2d { dilation, .. } if !self.conv_dilation && *dilation != [1, 1] => {
-                    Some(format!("conv2d with dilation {dilation:?}"))
-                }
-                IrOp::BatchNorm { training: true, .. } => {
-                    Some("batch_norm in training mode".into())
-                }
-                IrOp::Dropout { train: true, p } if *p > 0.0 => {
-                    Some(format!("dropout in training mode (p={p})"))
-                }
-                IrOp::LayerNorm {
-                    normalized_shape, ..
-                } if normalized_shape.len() != 1 => {
-                    Some("layer_norm over more than one dim".into())
-                }
-                _ => None,
-            },
+            Op::Ir(op) => self.ir_op_unsupported(op),
         }
+    }
+
+    /// The op-level decision: why this target cannot run `op` whatever its operands, or
+    /// `None`. Exhaustive over [`IrOp`], so every new op needs a decision here.
+    pub fn ir_op_unsupported(&self, op: &IrOp) -> Option<String> {
+        match op {
+            IrOp::Unknown { op_type, .. } => Some(format!("op '{op_type}' has no NPU lowering")),
+            IrOp::Conv2d { dilation, .. } if !self.conv_dilation && *dilation != [1, 1] => {
+                Some(format!("conv2d with dilation {dilation:?}"))
+            }
+            IrOp::BatchNorm { training: true, .. } => Some("batch_norm in training mode".into()),
+            IrOp::Dropout { train: true, p } if *p > 0.0 => {
+                Some(format!("dropout in training mode (p={p})"))
+            }
+            IrOp::LayerNorm {
+                normalized_shape, ..
+            } if normalized_shape.len() != 1 => Some("layer_norm over more than one dim".into()),
+            // lowered by the compiler (elementwise fusion, kernels, views)
+            IrOp::Unary(_)
+            | IrOp::Binary { .. }
+            | IrOp::BinaryScalar { .. }
+            | IrOp::Clamp { .. }
+            | IrOp::Conv2d { .. }
+            | IrOp::BatchNorm { .. }
+            | IrOp::LayerNorm { .. }
+            | IrOp::MaxPool2d(_)
+            | IrOp::AvgPool2d { .. }
+            | IrOp::AdaptiveAvgPool2d { .. }
+            | IrOp::Linear
+            | IrOp::Matmul
+            | IrOp::Addmm { .. }
+            | IrOp::Embedding
+            | IrOp::Softmax { .. }
+            | IrOp::Mean { .. }
+            | IrOp::Sum { .. }
+            | IrOp::Reshape
+            | IrOp::Transpose { .. }
+            | IrOp::Permute { .. }
+            | IrOp::Expand { .. }
+            | IrOp::Slice { .. }
+            | IrOp::Cat { .. }
+            | IrOp::Chunk { .. }
+            | IrOp::Split { .. }
+            | IrOp::IndexCopy { .. }
+            | IrOp::Cast
+            | IrOp::Identity
+            | IrOp::Dropout { .. }
+            | IrOp::GetItem { .. }
+            | IrOp::AssertMetadata
+            | IrOp::Full { .. }
+            | IrOp::Sdpa { .. } => None,
+            // typed for the CPU fallback interpreter; the compiler has no lowering for them
+            IrOp::Where { .. }
+            | IrOp::MaskedFill { .. }
+            | IrOp::Compare { .. }
+            | IrOp::LogicalNot
+            | IrOp::Logical { .. }
+            | IrOp::BitwiseNot
+            | IrOp::Bitwise { .. }
+            | IrOp::ReduceMinMax { .. }
+            | IrOp::MinMaxDim { .. }
+            | IrOp::ArgMinMax { .. }
+            | IrOp::Baddbmm { .. }
+            | IrOp::Stack { .. }
+            | IrOp::Gather { .. }
+            | IrOp::IndexSelect { .. }
+            | IrOp::Cumsum { .. }
+            | IrOp::Arange { .. }
+            | IrOp::FullLike { .. }
+            | IrOp::GroupNorm { .. }
+            | IrOp::Hardswish
+            | IrOp::Hardsigmoid
+            | IrOp::LeakyRelu { .. }
+            | IrOp::LogSoftmax { .. }
+            | IrOp::UpsampleNearest2d { .. }
+            | IrOp::Index { .. } => Some(format!("{} has no NPU lowering", op.name())),
+        }
+    }
+
+    /// Why this target cannot run the IR node `node` of `graph` (before compilation), or
+    /// `None`: the op-level decision plus what lowering rejects for these operands (SDPA
+    /// shapes and boolean masks, non-4-D conv/pool inputs, 1-D-or-less linear weights,
+    /// float indices, zero-element results).
+    pub fn ir_node_unsupported(&self, node: &Node, graph: &Graph) -> Option<String> {
+        if let Some(r) = self.ir_op_unsupported(&node.op) {
+            return Some(r);
+        }
+        let ty = |i: usize| node.inputs.get(i).map(|v| graph.ty(*v));
+        let shape = |i: usize| ty(i).map_or(&[][..], |t| t.shape.as_slice());
+        for v in &node.outputs {
+            let t = graph.ty(*v);
+            if t.numel() == 0 {
+                return Some(format!(
+                    "output '{}' has zero elements {:?}",
+                    graph.value(*v).name,
+                    t.shape
+                ));
+            }
+        }
+        match &node.op {
+            IrOp::Sdpa { .. } => {
+                let (q, k, v) = (shape(0), shape(1), shape(2));
+                if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+                    return Some(format!(
+                        "scaled_dot_product_attention needs 4-D q/k/v, got {q:?} {k:?} {v:?}"
+                    ));
+                }
+                if q[0] != k[0] || k != v || k[1] == 0 || q[1] % k[1] != 0 || q[3] != k[3] {
+                    return Some(format!(
+                        "scaled_dot_product_attention with q {q:?}, k {k:?}, v {v:?}"
+                    ));
+                }
+                if let Some(m) = ty(3) {
+                    if !m.dtype.is_float() {
+                        return Some(format!(
+                            "scaled_dot_product_attention with a {} mask",
+                            m.dtype
+                        ));
+                    }
+                    let scores = [q[0], q[1], q[2], k[2]];
+                    let ok = m.shape.len() <= 4
+                        && m.shape
+                            .iter()
+                            .rev()
+                            .zip(scores.iter().rev())
+                            .all(|(a, b)| a == b || *a == 1);
+                    if !ok {
+                        return Some(format!(
+                            "scaled_dot_product_attention mask {:?} does not broadcast to {scores:?}",
+                            m.shape
+                        ));
+                    }
+                }
+                None
+            }
+            IrOp::Conv2d { .. }
+            | IrOp::MaxPool2d(_)
+            | IrOp::AvgPool2d { .. }
+            | IrOp::AdaptiveAvgPool2d { .. }
+                if shape(0).len() != 4 =>
+            {
+                Some(format!(
+                    "{} of a {:?} input (needs NCHW)",
+                    node.op.name(),
+                    shape(0)
+                ))
+            }
+            IrOp::Linear if shape(1).len() != 2 => {
+                Some(format!("linear with a {:?} weight", shape(1)))
+            }
+            IrOp::Matmul if shape(0).is_empty() || shape(1).is_empty() => {
+                Some("matmul of a 0-d tensor".into())
+            }
+            IrOp::Embedding if ty(1).is_some_and(|t| t.dtype.is_float()) => {
+                Some("embedding with float indices".into())
+            }
+            IrOp::IndexCopy { .. } if ty(1).is_some_and(|t| t.dtype.is_float()) => {
+                Some("index_copy with float indices".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn bert() -> Graph {
+        let p =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/bert-tiny/model.ir.json");
+        npu_ir::load(&p).unwrap()
+    }
+
+    #[test]
+    fn new_typed_ops_are_unsupported_and_lowered_ops_supported() {
+        let g = bert();
+        let reason = |name: &str| {
+            let n = g.nodes.iter().find(|n| n.name == name).unwrap();
+            NPU.ir_node_unsupported(n, &g)
+        };
+        for name in ["arange", "ge", "new_ones", "and_1", "index"] {
+            let r = reason(name).unwrap_or_else(|| panic!("{name} should be unsupported"));
+            assert!(r.contains("no NPU lowering"), "{name}: {r}");
+        }
+        let r = reason("scaled_dot_product_attention").unwrap();
+        assert!(r.contains("bool mask"), "{r}");
+        for name in [
+            "linear",
+            "layer_norm",
+            "gelu",
+            "embedding",
+            "view",
+            "transpose",
+            "add",
+        ] {
+            assert_eq!(reason(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn operand_constraints() {
+        let mut g = bert();
+        // a float mask is fine
+        let n = g
+            .nodes
+            .iter()
+            .position(|n| n.name == "scaled_dot_product_attention")
+            .unwrap();
+        let m = g.nodes[n].inputs[3];
+        g.values[m.idx()].ty.dtype = DType::F32;
+        assert_eq!(NPU.ir_node_unsupported(&g.nodes[n], &g), None);
+        // 3-D q is not
+        let q = g.nodes[n].inputs[0];
+        g.values[q.idx()].ty.shape = vec![2, 16, 32];
+        assert!(NPU
+            .ir_node_unsupported(&g.nodes[n], &g)
+            .unwrap()
+            .contains("4-D"));
+        // dilation on a target without it
+        let no_dil = Target {
+            conv_dilation: false,
+            ..NPU
+        };
+        let conv = IrOp::Conv2d {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [2, 2],
+            groups: 1,
+        };
+        assert!(no_dil
+            .ir_op_unsupported(&conv)
+            .unwrap()
+            .contains("dilation"));
+        assert_eq!(NPU.ir_op_unsupported(&conv), None);
     }
 }

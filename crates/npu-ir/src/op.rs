@@ -1046,4 +1046,151 @@ mod tests {
         );
         assert_eq!(Op::IndexCopy { dim: 0 }.name(), "index_copy");
     }
+
+    #[test]
+    fn fallback_ops_are_typed_with_defaults() {
+        let p = |t: &str, a: &str, n: usize| parse(t, a, n).unwrap().0;
+        assert_eq!(
+            p("aten.where.ScalarOther", r#"{"other": 0.5}"#, 2),
+            Op::Where {
+                self_scalar: None,
+                other_scalar: Some(0.5)
+            }
+        );
+        assert_eq!(
+            p("aten.masked_fill.Scalar", r#"{"value": -1e4}"#, 2),
+            Op::MaskedFill { value: Some(-1e4) }
+        );
+        assert_eq!(
+            p("aten.masked_fill.Tensor", "{}", 3),
+            Op::MaskedFill { value: None }
+        );
+        assert_eq!(
+            p("aten.ge.Scalar", r#"{"other": 0}"#, 1),
+            Op::Compare {
+                op: CompareOp::Ge,
+                scalar: Some(0.0)
+            }
+        );
+        assert_eq!(
+            p("aten.__and__.Tensor", "{}", 2),
+            Op::Bitwise {
+                op: LogicOp::And,
+                scalar: None
+            }
+        );
+        assert_eq!(
+            p("aten.max.dim", r#"{"dim": -1}"#, 1),
+            Op::MinMaxDim {
+                op: MinMax::Max,
+                dim: -1,
+                keepdim: false
+            }
+        );
+        assert_eq!(
+            p("aten.amin.default", r#"{"dim": [0, 2]}"#, 1),
+            Op::ReduceMinMax {
+                op: MinMax::Min,
+                dims: vec![0, 2],
+                keepdim: false
+            }
+        );
+        assert_eq!(
+            p("aten.argmax.default", "{}", 1),
+            Op::ArgMinMax {
+                op: MinMax::Max,
+                dim: None,
+                keepdim: false
+            }
+        );
+        assert_eq!(
+            p("aten.sum.default", "{}", 1),
+            Op::Sum {
+                dims: vec![],
+                keepdim: false
+            }
+        );
+        assert_eq!(
+            p("aten.arange.default", r#"{"end": 16, "device": "meta"}"#, 0),
+            Op::Arange {
+                start: 0.0,
+                end: 16.0,
+                step: 1.0
+            }
+        );
+        assert_eq!(
+            p(
+                "aten.arange.start_step",
+                r#"{"start": 1, "end": 22, "step": 3}"#,
+                0
+            ),
+            Op::Arange {
+                start: 1.0,
+                end: 22.0,
+                step: 3.0
+            }
+        );
+        assert_eq!(
+            p("aten.new_ones.default", r#"{"size": []}"#, 1),
+            Op::FullLike { value: 1.0 }
+        );
+        assert_eq!(
+            p("aten.relu6.default", "{}", 1),
+            Op::Clamp {
+                min: Some(0.0),
+                max: Some(6.0)
+            }
+        );
+        assert_eq!(
+            p("aten.leaky_relu.default", "{}", 1),
+            Op::LeakyRelu {
+                negative_slope: 0.01
+            }
+        );
+        assert_eq!(
+            p("aten.group_norm.default", r#"{"num_groups": 3}"#, 3),
+            Op::GroupNorm {
+                num_groups: 3,
+                eps: 1e-5
+            }
+        );
+        assert_eq!(
+            p("aten.baddbmm.default", r#"{"beta": 0.5}"#, 3),
+            Op::Baddbmm {
+                beta: 0.5,
+                alpha: 1.0
+            }
+        );
+        assert_eq!(
+            p(
+                "aten.upsample_nearest2d.vec",
+                r#"{"scale_factors": [2.0, 2.0]}"#,
+                1
+            ),
+            Op::UpsampleNearest2d {
+                scales: Some([2.0, 2.0])
+            }
+        );
+        assert_eq!(
+            p(
+                "aten.upsample_nearest2d.vec",
+                r#"{"output_size": [7, 11]}"#,
+                1
+            ),
+            Op::UpsampleNearest2d { scales: None }
+        );
+        assert_eq!(
+            p(
+                "aten.index.Tensor",
+                r#"{"_tensor_list_sizes": [2], "_tensor_list_none_masks": [[true, false, false]]}"#,
+                3
+            ),
+            Op::Index {
+                indexed: vec![false, true, true]
+            }
+        );
+        assert_eq!(p("aten.max.other", "{}", 2).name(), "max");
+        assert!(parse("aten.where.self", "{}", 2).is_err());
+        assert!(parse("aten.arange.start_step", r#"{"end": 3, "step": 0}"#, 0).is_err());
+    }
 }

@@ -186,7 +186,7 @@ pub fn dims_last(t: &HostTensor, dims: &[usize]) -> (HostTensor, Vec<usize>, usi
     let mut perm: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
     perm.extend_from_slice(dims);
     let inner: usize = dims.iter().map(|&d| t.shape()[d]).product();
-    let rows = if inner == 0 { 0 } else { t.numel() / inner };
+    let rows = t.numel().checked_div(inner).unwrap_or(0);
     let p = if perm.iter().enumerate().all(|(i, &p)| i == p) {
         t.clone()
     } else {

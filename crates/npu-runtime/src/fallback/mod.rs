@@ -186,7 +186,7 @@ fn dispatch(op: &Op, ins: &[&HostTensor], outs: &[&TensorType]) -> R<Vec<HostTen
         Op::Cat { dim } => one(shape::cat(&a, *dim)),
         Op::Stack { dim } => one(shape::stack(&a, *dim)),
         Op::Chunk { dim, .. } | Op::Split { dim, .. } => shape::split(&a, *dim),
-        Op::GetItem { index } => one(a.input(*index).map(|t| t.clone())),
+        Op::GetItem { index } => one(a.input(*index).cloned()),
         Op::IndexCopy { dim } => one(shape::index_copy(&a, *dim)),
         Op::Gather { dim } => one(shape::gather(&a, *dim)),
         Op::IndexSelect { dim } => one(shape::index_select(&a, *dim)),

@@ -375,8 +375,8 @@ pub fn index(a: &Args, indexed: &[bool]) -> R<HostTensor> {
         for b in 0..nb {
             let mut base = 0;
             unravel(ob, &bef_shape, &before, &mut base);
-            for (k, &d) in dims.iter().enumerate() {
-                base += checked_index(idx_vals[k][b], xs[d], "index")? * xst[d];
+            for (vals, &d) in idx_vals.iter().zip(&dims) {
+                base += checked_index(vals[b], xs[d], "index")? * xst[d];
             }
             for oa in 0..naft {
                 let mut off = base;
