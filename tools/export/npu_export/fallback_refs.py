@@ -63,6 +63,14 @@ class _Gen:
         return torch.rand(shape, generator=self.g) > 0.5
 
 
+def _inplace(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """In-place ATen ops (add_, relu_, mul_) that later nodes read through the in-place node."""
+    y = x * 2
+    y.add_(z)
+    y.relu_()
+    return y.mul_(3)
+
+
 def _cases(r: _Gen) -> list[Case]:
     bf16 = torch.bfloat16
     cases: list[Case] = []
@@ -382,6 +390,7 @@ def _cases(r: _Gen) -> list[Case]:
         r.randn(1, 2, 5, 16, dtype=bf16),
     )
     add("dropout_eval", lambda m, x: m["d"](x) + 1, r.randn(3, 5), layers={"d": nn.Dropout(0.3)})
+    add("inplace", _inplace, r.randn(3, 5), r.randn(5))
     return cases
 
 

@@ -1,0 +1,69 @@
+"""Tests of the bert-tiny export and the fallback reference cases; run from the repo root:
+
+.venv/bin/python -m pytest tools/export/tests/test_fallback_export.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from npu_export import cli  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
+
+
+def test_bert_tiny_export_is_reproducible(tmp_path: Path) -> None:
+    assert cli.main(["bert-tiny", "--out", str(tmp_path)]) == 0
+    ir = json.loads((tmp_path / "model.ir.json").read_text())
+    assert [m["name"] for m in ir["graph_inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert ir["graph_outputs"][0]["shape"] == [1, 16, 512]
+    ops = {n["op_type"] for n in ir["nodes"]}
+    assert {"aten.scaled_dot_product_attention.default", "aten.index.Tensor", "aten.gelu.default"} <= ops
+    io = load_file(tmp_path / "io.safetensors")
+    assert io["input.attention_mask"][0, -4:].tolist() == [0, 0, 0, 0]
+    # the committed fixture is what this command writes
+    committed = load_file(FIXTURES / "bert-tiny" / "io.safetensors")
+    assert set(io) == set(committed)
+    for k, v in io.items():
+        assert torch.equal(v, committed[k]), k
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["verify"]["torch_ir_executor_max_abs_diff"] < 1e-4
+
+
+@pytest.fixture(scope="module")
+def refs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fallback")
+    assert cli.main(["fallback-refs", "--out", str(out)]) == 0
+    return out
+
+
+def test_fallback_refs_cover_every_case(refs_dir: Path) -> None:
+    meta = json.loads((refs_dir / "meta.json").read_text())
+    refs = load_file(refs_dir / "refs.safetensors")
+    for case in meta["cases"]:
+        ir = json.loads((refs_dir / f"{case}.ir.json").read_text())
+        for m in ir["graph_inputs"]:
+            assert f"{case}.input.{m['name']}" in refs
+        for m in ir["graph_outputs"]:
+            out = refs[f"{case}.output.{m['name']}"]
+            assert list(out.shape) == m["shape"], (case, m["name"])
+    # the committed fixtures are what this command writes
+    committed = load_file(FIXTURES / "fallback" / "refs.safetensors")
+    assert set(refs) == set(committed)
+    for k, v in refs.items():
+        assert torch.equal(v, committed[k]), k
+
+
+def test_fallback_ref_inputs_are_never_all_zero(refs_dir: Path) -> None:
+    refs = load_file(refs_dir / "refs.safetensors")
+    for k, v in refs.items():
+        if ".input." in k and v.dtype != torch.bool:
+            assert bool(v.ne(0).any()), k
