@@ -136,6 +136,10 @@ impl Target {
         if let Some(r) = self.ir_op_unsupported(&node.op) {
             return Some(r);
         }
+        let out_dtypes = node.outputs.iter().map(|v| graph.ty(*v).dtype);
+        if let Some(r) = integer_arithmetic(&node.op, out_dtypes) {
+            return Some(r);
+        }
         let ty = |i: usize| node.inputs.get(i).map(|v| graph.ty(*v));
         let shape = |i: usize| ty(i).map_or(&[][..], |t| t.shape.as_slice());
         for v in &node.outputs {
@@ -213,6 +217,31 @@ impl Target {
     }
 }
 
+/// The NPU's arithmetic units are floating point: integer arithmetic there would round
+/// values beyond 2^24 (f32) or 2^11 (f16), so integer-valued math is not an NPU op. Data
+/// movement of integers (views, cat, embedding ids, index_copy positions) is exact and stays.
+pub fn integer_arithmetic(
+    op: &IrOp,
+    mut out_dtypes: impl Iterator<Item = DType>,
+) -> Option<String> {
+    let arithmetic = matches!(
+        op,
+        IrOp::Unary(_)
+            | IrOp::Binary { .. }
+            | IrOp::BinaryScalar { .. }
+            | IrOp::Clamp { .. }
+            | IrOp::Sum { .. }
+            | IrOp::Mean { .. }
+    );
+    if arithmetic && out_dtypes.any(|d| !d.is_float()) {
+        return Some(format!(
+            "integer {} (the NPU computes in floating point)",
+            op.name()
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,7 +274,16 @@ mod tests {
             "view",
             "transpose",
             "add",
+            "add_1",
         ] {
+            assert_eq!(reason(name), None, "{name}");
+        }
+        // position ids: integer arithmetic runs exactly on the CPU
+        for name in ["add_2", "add_3"] {
+            let r = reason(name).unwrap_or_else(|| panic!("{name} should be unsupported"));
+            assert!(r.contains("integer add"), "{name}: {r}");
+        }
+        for name in ["view"] {
             assert_eq!(reason(name), None, "{name}");
         }
     }

@@ -242,3 +242,74 @@ fn bert_tiny_runs_partitioned_and_matches_pytorch() {
         );
     }
 }
+
+/// A hand-written graph: x (bf16) -> relu [npu] -> neg [cpu] -> mul(., x) [npu], and
+/// ids (int64) -> add 1 [cpu] -> mul 3 [npu]; the CPU-made values are outputs too.
+fn mixed_dtype_graph() -> Graph {
+    let t = |name: &str, shape: &[usize], dt: &str, prod: Option<&str>| {
+        let mut m = serde_json::json!({"name": name, "shape": shape, "dtype": dt});
+        if let Some(p) = prod {
+            m["producer_node"] = p.into();
+            m["producer_output_idx"] = 0.into();
+        }
+        m
+    };
+    let x = t("x", &[2, 8], "torch.bfloat16", Some("x"));
+    let ids = t("ids", &[3], "torch.int64", Some("ids"));
+    let relu = t("relu", &[2, 8], "torch.bfloat16", Some("relu"));
+    let neg = t("neg", &[2, 8], "torch.bfloat16", Some("neg"));
+    let mul = t("mul", &[2, 8], "torch.bfloat16", Some("mul"));
+    let add = t("add", &[3], "torch.int64", Some("add"));
+    let mul1 = t("mul_1", &[3], "torch.int64", Some("mul_1"));
+    let node = |name: &str,
+                op: &str,
+                ins: Vec<&serde_json::Value>,
+                out: &serde_json::Value,
+                attrs| {
+        serde_json::json!({"name": name, "op_type": op, "inputs": ins, "outputs": [out], "attrs": attrs})
+    };
+    let ir = serde_json::json!({
+        "model_name": "mixed", "pytorch_version": "2.11.0",
+        "graph_inputs": [x, ids], "graph_outputs": [mul, neg, mul1, add],
+        "weights": [], "weight_name_mapping": {},
+        "nodes": [
+            node("relu", "aten.relu.default", vec![&x], &relu, serde_json::json!({})),
+            node("neg", "aten.neg.default", vec![&relu], &neg, serde_json::json!({})),
+            node("mul", "aten.mul.Tensor", vec![&neg, &x], &mul, serde_json::json!({})),
+            node("add", "aten.add.Tensor", vec![&ids], &add, serde_json::json!({"other": 1})),
+            node("mul_1", "aten.mul.Tensor", vec![&add], &mul1, serde_json::json!({"other": 3})),
+        ],
+    });
+    npu_ir::parse_str(&ir.to_string()).unwrap()
+}
+
+#[test]
+fn values_keep_their_dtype_across_devices() {
+    let graph = mixed_dtype_graph();
+    let plan = plan(&graph, &target::CPU, &["neg", "add"]);
+    assert!(plan.count(Device::Cpu) >= 1 && plan.count(Device::Npu) >= 1);
+    assert!(plan.transfers().count() >= 2);
+    let opts = CompileOptions {
+        target: &target::CPU,
+        dtype: Some(DType::BF16),
+    };
+    let w = npu_runtime::MemoryWeights::default();
+    let mut d = DagExecutor::new(graph, plan, &CpuBackend::new(), &w, &opts).unwrap();
+    let xs: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) * 0.37).collect();
+    let x = HostTensor::from_f32_as(DType::BF16, vec![2, 8], &xs);
+    let ids = HostTensor::from_i64(vec![3], &[5, 1 << 40, -2]);
+    let out = d.run_all(&[("x", &x), ("ids", &ids)]).unwrap();
+    let by: HashMap<&str, &HostTensor> = out.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    for n in ["mul", "neg"] {
+        assert_eq!(by[n].dtype(), DType::BF16, "{n}");
+    }
+    for n in ["add", "mul_1"] {
+        assert_eq!(by[n].dtype(), DType::I64, "{n}");
+    }
+    // Integers beyond 2^24 survive exactly (no float round trip).
+    assert_eq!(by["mul_1"].to_i64_vec(), [18, ((1i64 << 40) + 1) * 3, -3]);
+    let xv = x.to_f32_vec();
+    let want: Vec<f32> = xv.iter().map(|&v| -v.max(0.0) * v).collect();
+    let want = HostTensor::from_f32_as(DType::BF16, vec![2, 8], &want);
+    assert_eq!(by["mul"].to_f32_vec(), want.to_f32_vec());
+}

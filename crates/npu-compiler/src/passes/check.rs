@@ -17,6 +17,12 @@ pub fn check(g: &CGraph, target: &Target) -> Vec<Violation> {
         if let Some(reason) = target.unsupported_reason(node) {
             report(reason);
         }
+        if let Some(op) = node.op.ir() {
+            let out_dtypes = node.outputs.iter().map(|v| g.ty(*v).dtype);
+            if let Some(reason) = crate::target::integer_arithmetic(op, out_dtypes) {
+                report(reason);
+            }
+        }
         for v in node.outputs.iter().chain(&node.inputs) {
             let val = g.value(*v);
             if val.ty.numel() == 0 {
