@@ -149,3 +149,66 @@ fn bad_input_gives_one_clear_error_and_no_panic() {
         assert!(!err.contains("panicked") && !err.contains("backtrace"));
     }
 }
+
+#[test]
+fn partition_shows_the_plan_in_text_and_json() {
+    let model = fixture("bert-tiny/model.ir.json");
+    let o = npu(&["partition", &model]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = text(&o.stdout);
+    for want in [
+        "partition(s)",
+        "npu",
+        "cpu",
+        "why:",
+        "arange has no NPU lowering",
+        "-> cpu:",
+    ] {
+        assert!(s.contains(want), "missing '{want}' in:\n{s}");
+    }
+    let j = npu(&["partition", &model, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&j.stdout).unwrap();
+    let steps = v["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["kind"] == "transfer"));
+    assert!(steps.iter().any(|s| s["device"] == "cpu"));
+    // Forcing an op the NPU runs moves it, and only it.
+    let o = npu(&[
+        "partition",
+        &fixture("small-cnn/model.ir.json"),
+        "--force-cpu",
+        "max_pool2d",
+    ]);
+    let s = text(&o.stdout);
+    assert!(
+        s.contains("3 partition(s) (2 npu, 1 cpu), 2 transfer(s)"),
+        "{s}"
+    );
+    assert!(s.contains("forced to CPU (--force-cpu max_pool2d)"), "{s}");
+}
+
+#[test]
+fn run_takes_an_ir_json_and_partitions_it() {
+    let out = tmp("bert-out.safetensors");
+    let o = npu(&[
+        "run",
+        &fixture("bert-tiny/model.ir.json"),
+        "--weights",
+        &fixture("bert-tiny/weights.safetensors"),
+        "--inputs",
+        &fixture("bert-tiny/io.safetensors"),
+        "--outputs",
+        &out,
+        "--repeat",
+        "2",
+        "--profile",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = text(&o.stdout);
+    assert!(s.contains("npu +") && s.contains("cpu partition(s)"), "{s}");
+    assert!(s.contains("per partition"), "{s}");
+    assert!(std::path::Path::new(&out).exists());
+    // A compiled program has no partitions to force.
+    let o = npu(&["run", "x.npubin", "--force-cpu", "relu"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("--force-cpu applies to IR JSON"));
+}
