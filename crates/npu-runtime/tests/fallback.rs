@@ -2,7 +2,7 @@
 //! `python -m npu_export fallback-refs`) and the whole bert-tiny graph (fixtures/bert-tiny).
 
 use npu_ir::DType;
-use npu_runtime::fallback::{eval_node, run_graph};
+use npu_runtime::fallback::{eval_node, run_graph, run_nodes, ValueEnv};
 use npu_runtime::{read_safetensors, HostTensor, MemoryWeights, SafetensorsFile};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -327,4 +327,44 @@ fn eval_node_checks_output_metadata() {
     };
     let err = eval_node(node, &[&x], &[&bad]).unwrap_err().to_string();
     assert!(err.contains("relu"), "{err}");
+}
+
+#[test]
+fn run_nodes_in_parts_matches_run_graph() {
+    let dir = fixtures().join("bert-tiny");
+    let graph = npu_ir::load(&dir.join("model.ir.json")).unwrap();
+    let weights = SafetensorsFile::open(&dir.join("weights.safetensors")).unwrap();
+    let io: HashMap<String, HostTensor> = read_safetensors(&dir.join("io.safetensors"))
+        .unwrap()
+        .into_iter()
+        .collect();
+    let mut env = ValueEnv::new();
+    for id in &graph.inputs {
+        let name = &graph.value(*id).name;
+        env.insert(*id, io[&format!("input.{name}")].clone());
+    }
+    let n = graph.nodes.len();
+    let (a, b): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| i < n / 2);
+    run_nodes(&graph, &a, &mut env, &weights).unwrap();
+    run_nodes(&graph, &b, &mut env, &weights).unwrap();
+    let inputs: Vec<(&str, &HostTensor)> = graph
+        .inputs
+        .iter()
+        .map(|id| {
+            let name = graph.value(*id).name.as_str();
+            (name, &env[id])
+        })
+        .collect();
+    let whole = run_graph(&graph, &inputs, &weights).unwrap();
+    assert_eq!(env[&graph.outputs[0]], whole[0].1);
+    // weights are read from the source, never added to the env
+    assert!(env
+        .keys()
+        .all(|id| !matches!(graph.value(*id).kind, npu_ir::ValueKind::Weight { .. })));
+    // a node whose input is neither in env nor a weight fails naming node and input
+    let mut empty = ValueEnv::new();
+    let err = run_nodes(&graph, &b, &mut empty, &weights)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("fallback interpreter, node"), "{err}");
 }
