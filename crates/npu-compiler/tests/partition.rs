@@ -170,10 +170,11 @@ fn multi_output_producer_consumed_across_a_boundary() {
         &[(&[2, 4], "float32"), (&[2, 4], "float32")],
         json!({"split_size": 4, "dim": 1}),
     );
+    // torch_ir gives every getitem all results of its producer, and picks by index.
     let g0 = ir.op(
         "getitem",
         "<built-in function getitem>",
-        &[&parts[0]],
+        &[&parts[0], &parts[1]],
         &[2, 4],
         "float32",
         json!({"index": 0}),
@@ -181,7 +182,7 @@ fn multi_output_producer_consumed_across_a_boundary() {
     let g1 = ir.op(
         "getitem_1",
         "<built-in function getitem>",
-        &[&parts[1]],
+        &[&parts[0], &parts[1]],
         &[2, 4],
         "float32",
         json!({"index": 1}),

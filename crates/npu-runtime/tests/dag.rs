@@ -313,3 +313,64 @@ fn values_keep_their_dtype_across_devices() {
     let want = HostTensor::from_f32_as(DType::BF16, vec![2, 8], &want);
     assert_eq!(by["mul"].to_f32_vec(), want.to_f32_vec());
 }
+
+/// x [2, 8] -> split(4, dim 1) -> getitem 0, getitem 1 (each reading both split results, as
+/// torch_ir writes them); neg(getitem 1); add(getitem 0, neg).
+fn split_graph() -> Graph {
+    let t = |name: &str, shape: &[usize], prod: Option<(&str, usize)>| {
+        let mut m = serde_json::json!({"name": name, "shape": shape, "dtype": "torch.float32"});
+        if let Some((p, i)) = prod {
+            m["producer_node"] = p.into();
+            m["producer_output_idx"] = i.into();
+        }
+        m
+    };
+    let x = t("x", &[2, 8], Some(("x", 0)));
+    let (s0, s1) = (
+        t("split_0", &[2, 4], Some(("split", 0))),
+        t("split_1", &[2, 4], Some(("split", 1))),
+    );
+    let g0 = t("getitem", &[2, 4], Some(("getitem", 0)));
+    let g1 = t("getitem_1", &[2, 4], Some(("getitem_1", 0)));
+    let neg = t("neg", &[2, 4], Some(("neg", 0)));
+    let add = t("add", &[2, 4], Some(("add", 0)));
+    let ir = serde_json::json!({
+        "model_name": "split", "pytorch_version": "2.11.0",
+        "graph_inputs": [x], "graph_outputs": [add], "weights": [], "weight_name_mapping": {},
+        "nodes": [
+            {"name": "split", "op_type": "aten.split.Tensor", "inputs": [x], "outputs": [s0, s1],
+             "attrs": {"split_size": 4, "dim": 1}},
+            {"name": "getitem", "op_type": "<built-in function getitem>", "inputs": [s0, s1],
+             "outputs": [g0], "attrs": {"index": 0}},
+            {"name": "getitem_1", "op_type": "<built-in function getitem>", "inputs": [s0, s1],
+             "outputs": [g1], "attrs": {"index": 1}},
+            {"name": "neg", "op_type": "aten.neg.default", "inputs": [g1], "outputs": [neg], "attrs": {}},
+            {"name": "add", "op_type": "aten.add.Tensor", "inputs": [g0, neg], "outputs": [add], "attrs": {}},
+        ],
+    });
+    npu_ir::parse_str(&ir.to_string()).unwrap()
+}
+
+#[test]
+fn second_output_of_a_multi_output_node_crosses_devices() {
+    let xs: Vec<f32> = (0..16).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let x = HostTensor::from_f32(vec![2, 8], &xs);
+    let want: Vec<f32> = (0..2)
+        .flat_map(|r| (0..4).map(move |c| (r, c)))
+        .map(|(r, c)| xs[r * 8 + c] - xs[r * 8 + 4 + c])
+        .collect();
+    // split on the NPU with its second result read on the CPU, and the other way round.
+    for force in ["neg", "split"] {
+        let graph = split_graph();
+        let plan = plan(&graph, &target::CPU, &[force]);
+        assert_eq!(plan.partitions.len(), if force == "neg" { 3 } else { 2 });
+        let opts = CompileOptions {
+            target: &target::CPU,
+            dtype: Some(DType::F32),
+        };
+        let w = npu_runtime::MemoryWeights::default();
+        let mut d = DagExecutor::new(graph, plan, &CpuBackend::new(), &w, &opts).unwrap();
+        let out = d.run_all(&[("x", &x)]).unwrap();
+        assert_eq!(out[0].1.to_f32_vec(), want, "{force} on the CPU");
+    }
+}
