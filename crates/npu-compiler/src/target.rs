@@ -283,9 +283,6 @@ mod tests {
             let r = reason(name).unwrap_or_else(|| panic!("{name} should be unsupported"));
             assert!(r.contains("integer add"), "{name}: {r}");
         }
-        for name in ["view"] {
-            assert_eq!(reason(name), None, "{name}");
-        }
     }
 
     #[test]
