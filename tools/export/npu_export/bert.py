@@ -70,6 +70,8 @@ def make_inputs(seq_len: int, seed: int) -> dict[str, torch.Tensor]:
 
 def export(args: argparse.Namespace) -> dict[str, Any]:
     out: Path = args.out
+    if args.dtype not in (None, "float32") or args.batch not in (None, 1):
+        raise ValueError("bert-tiny is exported in float32 with batch 1")
     seq_len = args.seq_len or SEQ_LEN
     weight_seed, input_seed = args.seed, args.seed + 1
 
