@@ -199,17 +199,14 @@ pub fn place(graph: &Graph, cpu_reason: impl Fn(&Node) -> Option<String>) -> Vec
             reason: None,
         });
     }
-    // Followers whose producer was itself a late follower.
-    for n in 0..graph.nodes.len() {
-        if out[n].is_none() {
-            out[n] = Some(Placement {
+    // Every node is placed by now (followers resolve back to front).
+    out.into_iter()
+        .map(|p| {
+            p.unwrap_or(Placement {
                 device: Device::Npu,
                 reason: None,
-            });
-        }
-    }
-    out.into_iter()
-        .map(|p| p.expect("every node placed"))
+            })
+        })
         .collect()
 }
 

@@ -26,6 +26,9 @@ use npu_ir::{Graph, ValueId, ValueKind};
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
+/// A graph value and the name a program knows it by.
+type NamedValue = (ValueId, String);
+
 /// An output of an NPU partition's program, in program order.
 struct PartOutput {
     value: ValueId,
@@ -39,7 +42,7 @@ enum Part {
     Npu {
         exe: Box<dyn Executable>,
         /// Program inputs in program order: graph value and name.
-        inputs: Vec<(ValueId, String)>,
+        inputs: Vec<NamedValue>,
         outputs: Vec<PartOutput>,
     },
     Cpu {
@@ -421,7 +424,7 @@ fn bind_program(
     inputs: &[ValueId],
     outputs: &[ValueId],
     program: &Program,
-) -> Result<(Vec<(ValueId, String)>, Vec<PartOutput>)> {
+) -> Result<(Vec<NamedValue>, Vec<PartOutput>)> {
     let users = graph.users();
     let find = |set: &[ValueId], name: &str, what: &str| {
         set.iter()
