@@ -9,13 +9,14 @@
 //! cache slots S-P..S-1, so the prefill's last-position logits belong to the last prompt
 //! token. Decode step i writes slot S+i with position P+i.
 
+use crate::backends::backend_by_name;
 use crate::run::open_weights;
 use anyhow::{bail, Context, Result};
 use npu_compiler::npubin;
 use npu_compiler::program::IoTensor;
 use npu_compiler::Program;
 use npu_ir::DType;
-use npu_runtime::{backend_by_name, HostTensor};
+use npu_runtime::HostTensor;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

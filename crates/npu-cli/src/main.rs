@@ -2,6 +2,7 @@
 
 #[macro_use]
 mod out;
+mod backends;
 mod generate;
 mod partition;
 mod profile;

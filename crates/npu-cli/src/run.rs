@@ -1,10 +1,10 @@
 //! `npu run`: execute a compiled program on a backend with safetensors inputs/outputs.
 
+use crate::backends::backend_by_name;
 use anyhow::{bail, Context, Result};
 use npu_compiler::npubin;
 use npu_runtime::{
-    backend_by_name, read_safetensors, write_safetensors, HostTensor, MemoryWeights,
-    SafetensorsFile, WeightSource,
+    read_safetensors, write_safetensors, HostTensor, MemoryWeights, SafetensorsFile, WeightSource,
 };
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -1,0 +1,626 @@
+//! Kernel conformance against the CPU reference: one-step programs of every kernel kind on
+//! random data and shapes (odd sizes, broadcasts, transposed and strided operands, batch >
+//! 1, long attention contexts), run on both backends and compared. Used by the GPU test and
+//! by the `npu-cuda-check` binary.
+
+use npu_compiler::expr::{Expr, Instr};
+use npu_compiler::program::{
+    dense_strides, Binding, IoTensor, Kernel, PoolKind, ReduceOp, Slot, Step,
+};
+use npu_compiler::Program;
+use npu_ir::{BinaryOp, DType, UnaryOp};
+use npu_runtime::{Backend, HostTensor, MemoryWeights};
+
+/// One compared case.
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    pub name: String,
+    pub kind: &'static str,
+    pub dtype: DType,
+    /// max |cuda - cpu| / max |cpu| over every output.
+    pub rel_err: f64,
+    pub tol: f64,
+    pub error: Option<String>,
+}
+
+impl CaseResult {
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.rel_err <= self.tol
+    }
+}
+
+/// A small deterministic generator (xorshift64*).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
+/// Builds a one-step program: every input is a program input holding `buf_shape`
+/// elements and bound through (shape, strides, offset).
+struct Case {
+    name: String,
+    kernel: Kernel,
+    ins: Vec<(Vec<usize>, DType, Binding)>,
+    outs: Vec<(Vec<usize>, DType, Binding)>,
+    /// Host values for each input buffer.
+    values: Vec<HostTensor>,
+    /// Outputs that donate input i (the KV cache).
+    donate: Vec<Option<u32>>,
+    /// How many of the inputs the step binds (the rest are state the step writes).
+    bound: usize,
+}
+
+fn binding(slot: Slot, shape: &[usize], strides: &[usize], off: usize, dt: DType) -> Binding {
+    Binding {
+        slot,
+        byte_offset: (off * dt.size_bytes()) as u64,
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        dtype: dt,
+    }
+}
+
+impl Case {
+    fn new(name: impl Into<String>, kernel: Kernel) -> Case {
+        Case {
+            name: name.into(),
+            kernel,
+            ins: Vec::new(),
+            outs: Vec::new(),
+            values: Vec::new(),
+            donate: Vec::new(),
+            bound: usize::MAX,
+        }
+    }
+
+    /// A dense random input.
+    fn input(self, rng: &mut Rng, shape: &[usize], dt: DType) -> Case {
+        let s = dense_strides(shape);
+        self.view(rng, shape, dt, shape, &s, 0)
+    }
+
+    /// An input buffer of `buf` elements seen through a strided view.
+    fn view(
+        mut self,
+        rng: &mut Rng,
+        buf: &[usize],
+        dt: DType,
+        shape: &[usize],
+        strides: &[usize],
+        off: usize,
+    ) -> Case {
+        let n: usize = buf.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.f()).collect();
+        let i = self.ins.len() as u32;
+        self.values
+            .push(HostTensor::from_f32_as(dt, buf.to_vec(), &v));
+        self.ins.push((
+            buf.to_vec(),
+            dt,
+            binding(Slot::Input(i), shape, strides, off, dt),
+        ));
+        self
+    }
+
+    fn int_input(mut self, shape: &[usize], values: Vec<i64>) -> Case {
+        let i = self.ins.len() as u32;
+        self.values
+            .push(HostTensor::from_i64(shape.to_vec(), &values));
+        let s = dense_strides(shape);
+        self.ins.push((
+            shape.to_vec(),
+            DType::I64,
+            binding(Slot::Input(i), shape, &s, 0, DType::I64),
+        ));
+        self
+    }
+
+    fn output(self, shape: &[usize], dt: DType) -> Case {
+        let s = dense_strides(shape);
+        self.output_view(shape, dt, shape, &s)
+    }
+
+    fn output_view(mut self, buf: &[usize], dt: DType, shape: &[usize], strides: &[usize]) -> Case {
+        let i = self.outs.len() as u32;
+        self.outs.push((
+            buf.to_vec(),
+            dt,
+            binding(Slot::Output(i), shape, strides, 0, dt),
+        ));
+        self.donate.push(None);
+        self
+    }
+
+    fn program(&self) -> Program {
+        let io = |k: usize,
+                  (shape, dt, _): &(Vec<usize>, DType, Binding),
+                  pre: &str,
+                  d: Option<u32>| IoTensor {
+            name: format!("{pre}{k}"),
+            shape: shape.clone(),
+            dtype: *dt,
+            storage: *dt,
+            donates_input: d,
+        };
+        Program {
+            model_name: self.name.clone(),
+            target: "cpu".into(),
+            compute_dtype: DType::F32,
+            inputs: self
+                .ins
+                .iter()
+                .enumerate()
+                .map(|(k, t)| io(k, t, "in", None))
+                .collect(),
+            outputs: self
+                .outs
+                .iter()
+                .enumerate()
+                .map(|(k, t)| io(k, t, "out", self.donate[k]))
+                .collect(),
+            sources: Vec::new(),
+            weights: Vec::new(),
+            constants: Vec::new(),
+            arena_bytes: 0,
+            steps: vec![Step {
+                kernel: self.kernel.clone(),
+                inputs: self
+                    .ins
+                    .iter()
+                    .take(self.bound)
+                    .map(|t| t.2.clone())
+                    .collect(),
+                outputs: self.outs.iter().map(|t| t.2.clone()).collect(),
+                origin: self.name.clone(),
+            }],
+        }
+    }
+}
+
+fn tol(dt: DType) -> f64 {
+    match dt {
+        DType::BF16 => 1.6e-2,
+        DType::F16 => 2e-3,
+        _ => 2e-4,
+    }
+}
+
+fn run_case(case: &Case, cpu: &dyn Backend, gpu: &dyn Backend) -> CaseResult {
+    let p = case.program();
+    let out_dt = case.outs.first().map_or(DType::F32, |o| o.1);
+    let mut res = CaseResult {
+        name: case.name.clone(),
+        kind: case.kernel.kind(),
+        dtype: out_dt,
+        rel_err: f64::INFINITY,
+        tol: tol(out_dt),
+        error: None,
+    };
+    let names: Vec<String> = (0..case.values.len()).map(|k| format!("in{k}")).collect();
+    let inputs: Vec<(&str, &HostTensor)> =
+        names.iter().map(String::as_str).zip(&case.values).collect();
+    let w = MemoryWeights::default();
+    let run = |b: &dyn Backend| -> Result<Vec<(String, HostTensor)>, String> {
+        let mut x = b.prepare(&p, &w).map_err(|e| e.to_string())?;
+        // Twice: the second run replays the captured graph on the CUDA backend.
+        let _ = x.run_all(&inputs).map_err(|e| e.to_string())?;
+        x.run_all(&inputs).map_err(|e| e.to_string())
+    };
+    let (want, got) = match (run(cpu), run(gpu)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) => {
+            res.error = Some(format!("cpu: {e}"));
+            return res;
+        }
+        (_, Err(e)) => {
+            res.error = Some(format!("cuda: {e}"));
+            return res;
+        }
+    };
+    let (mut max_err, mut max_ref) = (0f64, 0f64);
+    for ((_, a), (_, b)) in want.iter().zip(&got) {
+        for (x, y) in a.to_f32_vec().iter().zip(b.to_f32_vec()) {
+            let (x, y) = (f64::from(*x), f64::from(y));
+            if x.is_nan() != y.is_nan() {
+                max_err = f64::INFINITY;
+            } else if !x.is_nan() {
+                max_err = max_err.max((x - y).abs());
+                max_ref = max_ref.max(x.abs());
+            }
+        }
+    }
+    res.rel_err = max_err / max_ref.max(1e-6);
+    res
+}
+
+fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
+    use DType::{BF16, F16, F32};
+    let mut v = Vec::new();
+    let gemm = |alpha, beta, act| Kernel::Gemm { alpha, beta, act };
+    // GEMV (M = 1) on a transposed bf16 weight with bias, vectorized and odd K.
+    for (dt, k, n) in [
+        (BF16, 1536, 1000),
+        (F16, 64, 333),
+        (F32, 37, 19),
+        (BF16, 1533, 77),
+    ] {
+        v.push(
+            Case::new(
+                format!("gemv {dt} 1x{k}x{n} bias+silu"),
+                gemm(1.0, 1.0, Some(UnaryOp::Silu)),
+            )
+            .input(rng, &[1, k], dt)
+            .view(rng, &[n, k], dt, &[k, n], &[1, k], 0)
+            .view(rng, &[n], dt, &[1, n], &[0, 1], 0)
+            .output(&[1, n], dt),
+        );
+    }
+    // cuBLASLt GEMMs: prefill-like bf16 with a transposed weight, batched f32 with alpha.
+    v.push(
+        Case::new("gemm bf16 128x960x1536 wT bias", gemm(1.0, 1.0, None))
+            .input(rng, &[128, 1536], BF16)
+            .view(rng, &[960, 1536], BF16, &[1536, 960], &[1, 1536], 0)
+            .view(rng, &[960], BF16, &[128, 960], &[0, 1], 0)
+            .output(&[128, 960], BF16),
+    );
+    v.push(
+        Case::new("gemm f32 batched 3x67x45x91 alpha", gemm(0.125, 0.0, None))
+            .input(rng, &[3, 67, 91], F32)
+            .input(rng, &[3, 91, 45], F32)
+            .output(&[3, 67, 45], F32),
+    );
+    v.push(
+        Case::new(
+            "gemm f16 2x4x33x17 (b broadcast, relu)",
+            gemm(1.0, 0.0, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[2, 4, 33, 40], F16)
+        .input(rng, &[40, 17], F16)
+        .output(&[2, 4, 33, 17], F16),
+    );
+    v.push(
+        Case::new("gemm f32 strided a (SIMT) 5x7x3", gemm(1.0, 0.0, None))
+            .view(rng, &[10, 9], F32, &[5, 3], &[2 * 9, 2], 1)
+            .input(rng, &[3, 7], F32)
+            .output_view(&[7, 5], F32, &[5, 7], &[1, 5]),
+    );
+    // Convolutions (im2col + cuBLASLt).
+    let conv = |s, p, g, act| Kernel::Conv2d {
+        stride: [s, s],
+        padding: [p, p],
+        dilation: [1, 1],
+        groups: g,
+        act,
+    };
+    v.push(
+        Case::new(
+            "conv f16 2x5x13x11 k3 s2 p1 bias relu",
+            conv(2, 1, 1, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[2, 5, 13, 11], F16)
+        .input(rng, &[7, 5, 3, 3], F16)
+        .input(rng, &[7], F16)
+        .output(&[2, 7, 7, 6], F16),
+    );
+    v.push(
+        Case::new("conv f32 1x6x9x9 k3 groups 2", conv(1, 0, 2, None))
+            .input(rng, &[1, 6, 9, 9], F32)
+            .input(rng, &[4, 3, 3, 3], F32)
+            .output(&[1, 4, 7, 7], F32),
+    );
+    v.push(
+        Case::new(
+            "conv bf16 3x64x7x7 1x1 (padded channels out)",
+            conv(1, 0, 1, None),
+        )
+        .input(rng, &[3, 64, 7, 7], BF16)
+        .input(rng, &[40, 64, 1, 1], BF16)
+        .output_view(&[3, 64, 7, 7], BF16, &[3, 40, 7, 7], &[64 * 49, 49, 7, 1]),
+    );
+    // Pooling.
+    v.push(
+        Case::new(
+            "maxpool f16 k3 s2 p1",
+            Kernel::Pool2d {
+                kind: PoolKind::Max,
+                kernel: [3, 3],
+                stride: [2, 2],
+                padding: [1, 1],
+                dilation: [1, 1],
+            },
+        )
+        .input(rng, &[2, 3, 15, 14], F16)
+        .output(&[2, 3, 8, 7], F16),
+    );
+    v.push(
+        Case::new(
+            "avgpool f32 k2 s2",
+            Kernel::Pool2d {
+                kind: PoolKind::Avg {
+                    count_include_pad: false,
+                    divisor: None,
+                },
+                kernel: [3, 3],
+                stride: [2, 2],
+                padding: [1, 1],
+                dilation: [1, 1],
+            },
+        )
+        .input(rng, &[1, 4, 9, 9], F32)
+        .output(&[1, 4, 5, 5], F32),
+    );
+    v.push(
+        Case::new(
+            "adaptive avgpool bf16 7x5 -> 3x2",
+            Kernel::AdaptiveAvgPool2d,
+        )
+        .input(rng, &[2, 3, 7, 5], BF16)
+        .output(&[2, 3, 3, 2], BF16),
+    );
+    // Fused elementwise with broadcasting and mixed dtypes.
+    let ew = Expr {
+        code: vec![
+            Instr::Load(0),
+            Instr::Unary(UnaryOp::Silu),
+            Instr::Load(1),
+            Instr::Binary(BinaryOp::Mul),
+            Instr::Load(2),
+            Instr::Binary(BinaryOp::Add),
+            Instr::Clamp {
+                min: Some(-0.5),
+                max: Some(2.0),
+            },
+        ],
+    };
+    v.push(
+        Case::new(
+            "elementwise silu*b+c broadcast bf16",
+            Kernel::Elementwise { expr: ew.clone() },
+        )
+        .input(rng, &[3, 17, 129], BF16)
+        .view(rng, &[129], F32, &[3, 17, 129], &[0, 0, 1], 0)
+        .view(rng, &[3, 1, 1], BF16, &[3, 17, 129], &[1, 0, 0], 0)
+        .output(&[3, 17, 129], BF16),
+    );
+    let ew2 = Expr {
+        code: vec![
+            Instr::Load(0),
+            Instr::Const(2.0),
+            Instr::Binary(BinaryOp::Pow),
+            Instr::Unary(UnaryOp::Gelu),
+            Instr::Cast(F16),
+            Instr::Load(1),
+            Instr::Unary(UnaryOp::Exp),
+            Instr::Binary(BinaryOp::Max),
+        ],
+    };
+    v.push(
+        Case::new(
+            "elementwise gelu(x^2) max exp(y) f32 dense",
+            Kernel::Elementwise { expr: ew2 },
+        )
+        .input(rng, &[1001], F32)
+        .input(rng, &[1001], F32)
+        .output(&[1001], F32),
+    );
+    // Row reductions.
+    v.push(
+        Case::new("softmax bf16 scale+mask", Kernel::Softmax { scale: 0.3 })
+            .input(rng, &[2, 3, 5, 77], BF16)
+            .view(rng, &[77], BF16, &[2, 3, 5, 77], &[0, 0, 0, 1], 0)
+            .output(&[2, 3, 5, 77], BF16),
+    );
+    v.push(
+        Case::new("rms_norm bf16 1536", Kernel::RmsNorm { eps: 1e-6 })
+            .input(rng, &[7, 1536], BF16)
+            .input(rng, &[1536], BF16)
+            .output(&[7, 1536], BF16),
+    );
+    v.push(
+        Case::new(
+            "layer_norm f32 w+b 333",
+            Kernel::LayerNorm {
+                eps: 1e-5,
+                has_weight: true,
+                has_bias: true,
+            },
+        )
+        .input(rng, &[5, 333], F32)
+        .input(rng, &[333], F32)
+        .input(rng, &[333], F32)
+        .output(&[5, 333], F32),
+    );
+    v.push(
+        Case::new(
+            "reduce mean f16 2 trailing dims",
+            Kernel::Reduce {
+                op: ReduceOp::Mean,
+                reduced: 2,
+            },
+        )
+        .input(rng, &[4, 3, 7, 7], F16)
+        .output(&[4, 3, 1, 1], F16),
+    );
+    v.push(
+        Case::new(
+            "reduce sum f32 transposed view",
+            Kernel::Reduce {
+                op: ReduceOp::Sum,
+                reduced: 1,
+            },
+        )
+        .view(rng, &[9, 6], F32, &[6, 9], &[1, 6], 0)
+        .output(&[6], F32),
+    );
+    // Embedding, index_copy (KV cache, donated), rope.
+    let ids: Vec<i64> = (0..13).map(|_| rng.below(1000) as i64).collect();
+    v.push(
+        Case::new("embedding bf16 1000x96", Kernel::Embedding)
+            .input(rng, &[1000, 96], BF16)
+            .int_input(&[1, 13], ids)
+            .output(&[1, 13, 96], BF16),
+    );
+    {
+        let (kvh, tmax, d, s) = (2, 300, 64, 7);
+        let slots: Vec<i64> = (0..s as i64).map(|i| 100 + 3 * i).collect();
+        // Program inputs [index, src, cache]; the step binds index and src and writes the
+        // cache through the output that donates it.
+        let mut c = Case::new(
+            "index_copy bf16 into donated cache",
+            Kernel::IndexCopy { axis: 2 },
+        )
+        .int_input(&[s], slots)
+        .input(rng, &[1, kvh, s, d], BF16)
+        .input(rng, &[1, kvh, tmax, d], BF16);
+        c.bound = 2;
+        let cache = c.ins[2].clone();
+        let mut ob = cache.2.clone();
+        ob.slot = Slot::Output(0);
+        c.outs.push((cache.0.clone(), BF16, ob));
+        c.donate.push(Some(2));
+        v.push(c);
+    }
+    v.push(
+        Case::new("rope f32 [1,12,5,128] with broadcast cos/sin", Kernel::Rope)
+            .input(rng, &[1, 12, 5, 128], F32)
+            .view(rng, &[5, 128], F32, &[1, 12, 5, 128], &[0, 0, 128, 1], 0)
+            .view(rng, &[5, 128], F32, &[1, 12, 5, 128], &[0, 0, 128, 1], 0)
+            .output(&[1, 12, 5, 128], F32),
+    );
+    // Attention: prefill with mask (GQA 6:1), causal without mask, decode with long contexts.
+    let attn = |causal| Kernel::Attention {
+        scale: 0.125,
+        causal,
+    };
+    let att = |rng: &mut Rng, name: String, b, h, kvh, s, t, d, dt, mask: bool, causal: bool| {
+        let mut c = Case::new(name, attn(causal))
+            .input(rng, &[b, h, s, d], dt)
+            .input(rng, &[b, kvh, t, d], dt)
+            .input(rng, &[b, kvh, t, d], dt);
+        if mask {
+            // A causal-with-padding mask over the cache: finfo.min where not attended.
+            let n = s * t;
+            let start = t / 3;
+            let vals: Vec<f32> = (0..n)
+                .map(|i| {
+                    let (r, c) = (i / t, i % t);
+                    if c <= start + r && c >= 2 {
+                        0.0
+                    } else {
+                        -3.389_531_4e38
+                    }
+                })
+                .collect();
+            let i = c.ins.len() as u32;
+            c.values
+                .push(HostTensor::from_f32_as(dt, vec![1, 1, s, t], &vals));
+            c.ins.push((
+                vec![1, 1, s, t],
+                dt,
+                binding(Slot::Input(i), &[b, h, s, t], &[0, 0, t, 1], 0, dt),
+            ));
+        }
+        c.output(&[b, h, s, d], dt)
+    };
+    v.push(att(
+        rng,
+        "attention bf16 prefill S=37 T=300 GQA 12/2 mask".into(),
+        1,
+        12,
+        2,
+        37,
+        300,
+        64,
+        BF16,
+        true,
+        false,
+    ));
+    v.push(att(
+        rng,
+        "attention f32 causal S=65 T=65 D=80 B=2".into(),
+        2,
+        4,
+        4,
+        65,
+        65,
+        80,
+        F32,
+        false,
+        true,
+    ));
+    v.push(att(
+        rng,
+        "attention f16 decode T=2500 D=128 GQA 12/2".into(),
+        1,
+        12,
+        2,
+        1,
+        2500,
+        128,
+        F16,
+        true,
+        false,
+    ));
+    if long {
+        v.push(att(
+            rng,
+            "attention bf16 decode T=32768 D=128 GQA 12/2".into(),
+            1,
+            12,
+            2,
+            1,
+            32768,
+            128,
+            BF16,
+            true,
+            false,
+        ));
+    }
+    // Copy (transposed view, dtype conversion) and fill.
+    v.push(
+        Case::new("copy bf16 transposed -> f32 dense", Kernel::Copy)
+            .view(rng, &[33, 47], BF16, &[47, 33], &[1, 47], 0)
+            .output(&[47, 33], F32),
+    );
+    v.push(Case::new("fill f16", Kernel::Fill { value: -1.25 }).output(&[3, 77], F16));
+    v
+}
+
+/// Runs every case on `gpu` and the CPU reference. `long` adds the 32k-context decode.
+pub fn run_all(gpu: &dyn Backend, seed: u64, long: bool) -> Vec<CaseResult> {
+    let cpu = npu_runtime::CpuBackend::new();
+    let mut rng = Rng::new(seed);
+    cases(&mut rng, long)
+        .iter()
+        .map(|c| run_case(c, &cpu, gpu))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The harness itself: the CPU against itself agrees exactly on every case.
+    #[test]
+    fn cases_build_and_run_on_the_cpu() {
+        let cpu = npu_runtime::CpuBackend::new();
+        for r in super::run_all(&cpu, 7, false) {
+            assert!(r.error.is_none(), "{}: {:?}", r.name, r.error);
+            assert_eq!(r.rel_err, 0.0, "{}", r.name);
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! The CUDA device: context, one stream, the cuBLASLt handle, device memory and the
+//! compiled kernel library. Everything here uses the driver API through cudarc's dynamic
+//! loading, so the crate builds and links without CUDA.
+
+use crate::error::{CudaError, CudaResult};
+use crate::nvrtc;
+use cudarc::cublaslt::sys as ltsys;
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The kernels of the static library (kernels/*.cu), by name.
+pub(crate) const LIBRARY_KERNELS: &[&str] = &[
+    "k_copy",
+    "k_fill",
+    "k_embedding",
+    "k_index_copy",
+    "k_rope",
+    "k_softmax",
+    "k_rms_norm",
+    "k_layer_norm",
+    "k_reduce",
+    "k_pool2d",
+    "k_adaptive_avg_pool2d",
+    "k_clear_err",
+    "k_gemm",
+    "k_epilogue",
+    "k_conv_epilogue",
+    "k_im2col",
+    "k_gemv",
+    "k_attn",
+    "k_attn_combine",
+];
+
+pub(crate) fn library_source() -> String {
+    [
+        include_str!("kernels/common.cuh"),
+        include_str!("kernels/basic.cu"),
+        include_str!("kernels/gemm.cu"),
+        include_str!("kernels/attention.cu"),
+    ]
+    .join("\n")
+}
+
+/// A raw function handle; valid while its module (kept in `Device::modules`) lives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Func(pub sys::CUfunction);
+// SAFETY: CUfunction handles are plain driver handles usable from any thread bound to the
+// context; the module that owns them lives as long as the device.
+unsafe impl Send for Func {}
+unsafe impl Sync for Func {}
+
+pub struct Device {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) lt: LtHandle,
+    pub(crate) arch: (i32, i32),
+    pub(crate) sms: i32,
+    pub(crate) name: String,
+    library: HashMap<&'static str, Func>,
+    modules: Mutex<Vec<Arc<CudaModule>>>,
+    /// Generated modules (elementwise kernels) by source hash.
+    generated: Mutex<HashMap<u64, Vec<(String, Func)>>>,
+}
+
+pub(crate) struct LtHandle(pub ltsys::cublasLtHandle_t);
+// SAFETY: the handle is used only from the thread that runs the executable at a time
+// (executables are `Send`, not shared), as cuBLASLt allows.
+unsafe impl Send for LtHandle {}
+unsafe impl Sync for LtHandle {}
+
+impl Device {
+    /// Opens device 0, or says why there is none.
+    pub fn open() -> CudaResult<Arc<Device>> {
+        // SAFETY: only probes whether the shared libraries can be opened.
+        let present = unsafe {
+            (
+                cudarc::driver::sys::is_culib_present(),
+                cudarc::nvrtc::sys::is_culib_present(),
+                cudarc::cublaslt::sys::is_culib_present(),
+            )
+        };
+        match present {
+            (false, _, _) => {
+                return Err(CudaError::NoDevice(
+                    "the CUDA driver library (libcuda.so) was not found".into(),
+                ))
+            }
+            (_, false, _) => {
+                return Err(CudaError::NoDevice(
+                    "the NVRTC library (libnvrtc.so) was not found".into(),
+                ))
+            }
+            (_, _, false) => {
+                return Err(CudaError::NoDevice(
+                    "the cuBLASLt library (libcublasLt.so) was not found".into(),
+                ))
+            }
+            _ => {}
+        }
+        result::init().map_err(|e| CudaError::NoDevice(format!("cuInit failed: {e:?}")))?;
+        let n = CudaContext::device_count()
+            .map_err(|e| CudaError::NoDevice(format!("cannot count devices: {e:?}")))?;
+        if n < 1 {
+            return Err(CudaError::NoDevice("the driver reports 0 devices".into()));
+        }
+        let ctx = CudaContext::new(0).map_err(|e| CudaError::driver("opening device 0", e))?;
+        // SAFETY: this backend never uses cudarc's tracked slices; raw allocations only.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| CudaError::driver("creating a stream", e))?;
+        let arch = ctx
+            .compute_capability()
+            .map_err(|e| CudaError::driver("compute capability", e))?;
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| CudaError::driver("SM count", e))?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+        let lt = cudarc::cublaslt::result::create_handle().map_err(|e| CudaError::Blas {
+            what: "creating the handle".into(),
+            message: format!("{e:?}"),
+        })?;
+        let mut dev = Device {
+            ctx,
+            stream,
+            lt: LtHandle(lt),
+            arch,
+            sms,
+            name,
+            library: HashMap::new(),
+            modules: Mutex::new(Vec::new()),
+            generated: Mutex::new(HashMap::new()),
+        };
+        let funcs = dev.load(&library_source(), "the kernel library", LIBRARY_KERNELS)?;
+        for (name, f) in LIBRARY_KERNELS.iter().zip(funcs) {
+            dev.library.insert(name, f);
+        }
+        for k in ["k_attn", "k_gemv"] {
+            let f = dev.library[k];
+            // SAFETY: a valid function handle; opting into more dynamic shared memory.
+            unsafe {
+                result::function::set_function_attribute(
+                    f.0,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    160 * 1024,
+                )
+            }
+            .map_err(|e| CudaError::driver(format!("shared memory limit of {k}"), e))?;
+        }
+        Ok(Arc::new(dev))
+    }
+
+    pub(crate) fn bind(&self) -> CudaResult<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| CudaError::driver("binding the context", e))
+    }
+
+    pub(crate) fn func(&self, name: &str) -> Func {
+        self.library[name]
+    }
+
+    pub(crate) fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    /// Compiles (or takes from the disk cache) `src` and returns the named functions.
+    pub(crate) fn load(&self, src: &str, what: &str, names: &[&str]) -> CudaResult<Vec<Func>> {
+        let ptx = nvrtc::compile_cached(src, self.arch, what)?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| CudaError::driver(format!("loading {what}"), e))?;
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            let f: CudaFunction = module
+                .load_function(n)
+                .map_err(|e| CudaError::driver(format!("finding {n} in {what}"), e))?;
+            out.push(Func(f.cu_function()));
+        }
+        self.modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(module);
+        Ok(out)
+    }
+
+    /// Generated kernels, compiled once per distinct source for the device's lifetime.
+    pub(crate) fn load_generated(
+        &self,
+        src: &str,
+        names: &[String],
+    ) -> CudaResult<HashMap<String, Func>> {
+        let key = nvrtc::fnv1a(src.as_bytes());
+        if let Some(v) = self
+            .generated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(v.iter().cloned().collect());
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let funcs = self.load(src, "generated elementwise kernels", &refs)?;
+        let v: Vec<(String, Func)> = names.iter().cloned().zip(funcs).collect();
+        self.generated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, v.clone());
+        Ok(v.into_iter().collect())
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: the handle was created by `open` and nothing uses it after the device.
+        let _ = unsafe { cudarc::cublaslt::result::destroy_handle(self.lt.0) };
+    }
+}
+
+/// A device allocation, freed on drop.
+pub(crate) struct DevBuf {
+    pub ptr: u64,
+    pub len: usize,
+    dev: Arc<Device>,
+}
+
+impl DevBuf {
+    /// A zeroed allocation of at least one byte.
+    pub fn zeroed(dev: &Arc<Device>, len: usize, what: &str) -> CudaResult<DevBuf> {
+        dev.bind()?;
+        // SAFETY: plain allocation and memset of the new block.
+        let ptr = unsafe { result::malloc_sync(len.max(256)) }
+            .map_err(|e| CudaError::driver(format!("allocating {len} bytes for {what}"), e))?;
+        unsafe { result::memset_d8_sync(ptr, 0, len.max(256)) }
+            .map_err(|e| CudaError::driver(format!("zeroing {what}"), e))?;
+        Ok(DevBuf {
+            ptr,
+            len,
+            dev: dev.clone(),
+        })
+    }
+
+    pub fn upload(&self, bytes: &[u8], what: &str) -> CudaResult<()> {
+        let n = bytes.len().min(self.len);
+        // SAFETY: the destination holds `len` bytes.
+        unsafe { result::memcpy_htod_sync(self.ptr, &bytes[..n]) }
+            .map_err(|e| CudaError::driver(format!("uploading {what}"), e))
+    }
+
+    pub fn download(&self, bytes: &mut [u8], what: &str) -> CudaResult<()> {
+        let n = bytes.len().min(self.len);
+        self.dev.bind()?;
+        // SAFETY: the source holds `len` bytes.
+        unsafe { result::memcpy_dtoh_sync(&mut bytes[..n], self.ptr) }
+            .map_err(|e| CudaError::driver(format!("downloading {what}"), e))
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        let _ = self.dev.bind();
+        // SAFETY: allocated by `zeroed`, freed once.
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}

@@ -1,0 +1,523 @@
+//! The prepared program on the GPU: every buffer allocated and every weight uploaded at
+//! prepare; a run uploads the inputs into fixed device buffers, replays the captured CUDA
+//! graph (after one eager warm-up run), checks the error word and downloads the outputs.
+
+use crate::device::{DevBuf, Device};
+use crate::error::{CudaError, CudaResult};
+use crate::gemm::LT_WORKSPACE;
+use crate::graph::Graph;
+use crate::launch::{Arg, Bases, KernelLaunch, Launch, Loc};
+use crate::plan::Planner;
+use crate::state::CudaState;
+use cudarc::driver::result;
+use npu_compiler::program::{ConstValues, IoTensor, Kernel};
+use npu_compiler::Program;
+use npu_runtime::tensor::{cast_bytes, store_f32, store_i64};
+use npu_runtime::weights::{build_weight, check_sources, WeightSource};
+use npu_runtime::{DeviceState, Executable, HostTensor, Result, RuntimeError, StepTime};
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+pub struct CudaExecutable {
+    dev: Arc<Device>,
+    program: Program,
+    inputs: Vec<Option<DevBuf>>,
+    outputs: Vec<Option<DevBuf>>,
+    donates: Vec<Option<usize>>,
+    weights: Vec<Arc<DevBuf>>,
+    consts: Vec<DevBuf>,
+    arena: DevBuf,
+    scratch: DevBuf,
+    err: DevBuf,
+    steps: Vec<Vec<Launch>>,
+    clear: KernelLaunch,
+    bound: Option<Vec<u64>>,
+    graph: Option<Graph>,
+    warm: bool,
+    use_graph: bool,
+    step_ms: Vec<(f64, usize)>,
+    provided: Vec<bool>,
+    last_gpu_ms: f32,
+}
+
+fn invalid(msg: String) -> RuntimeError {
+    RuntimeError::InvalidProgram(msg)
+}
+
+fn io_bytes(t: &IoTensor) -> usize {
+    t.shape.iter().product::<usize>() * t.storage.size_bytes()
+}
+
+impl CudaExecutable {
+    pub(crate) fn new(
+        dev: Arc<Device>,
+        program: Program,
+        weights: &dyn WeightSource,
+        cache: &mut HashMap<String, Weak<DevBuf>>,
+    ) -> Result<CudaExecutable> {
+        program.validate().map_err(invalid)?;
+        dev.bind()?;
+        for (i, s) in program.steps.iter().enumerate() {
+            for b in s.inputs.iter().chain(&s.outputs) {
+                if b.shape.len() > crate::launch::MAXR {
+                    return Err(invalid(format!(
+                        "step {i} ({}): rank {} > 8",
+                        s.origin,
+                        b.shape.len()
+                    )));
+                }
+            }
+        }
+        let mut donates = vec![None; program.outputs.len()];
+        let mut state_input = vec![false; program.inputs.len()];
+        for (oi, o) in program.outputs.iter().enumerate() {
+            if let Some(i) = o.donates_input {
+                let inp = program.inputs.get(i as usize).ok_or_else(|| {
+                    invalid(format!(
+                        "output '{}' donates input {i}, which does not exist",
+                        o.name
+                    ))
+                })?;
+                if inp.shape != o.shape || inp.storage != o.storage {
+                    return Err(invalid(format!(
+                        "output '{}' donates input '{}' of another shape or dtype",
+                        o.name, inp.name
+                    )));
+                }
+                donates[oi] = Some(i as usize);
+                state_input[i as usize] = true;
+            }
+        }
+        let mut inputs = Vec::new();
+        for (t, &st) in program.inputs.iter().zip(&state_input) {
+            inputs.push(if st {
+                None
+            } else {
+                Some(DevBuf::zeroed(&dev, io_bytes(t), &t.name)?)
+            });
+        }
+        let mut outputs = Vec::new();
+        for (t, d) in program.outputs.iter().zip(&donates) {
+            outputs.push(if d.is_some() {
+                None
+            } else {
+                Some(DevBuf::zeroed(&dev, io_bytes(t), &t.name)?)
+            });
+        }
+        check_sources(&program, weights)?;
+        let source_name = weights.describe();
+        let mut built = Vec::with_capacity(program.weights.len());
+        for (i, w) in program.weights.iter().enumerate() {
+            let recipe = w
+                .recipe
+                .map(|s| Ok::<_, ()>(program.sources.get(s as usize).map(|t| t.key.clone())))
+                .map_err(|_| invalid(format!("weight slot '{}': bad recipe", w.name)))?;
+            let key = format!("{source_name}|{recipe:?}|{}|{:?}", w.dtype, w.shape);
+            if let Some(buf) = cache.get(&key).and_then(Weak::upgrade) {
+                built.push(buf);
+                continue;
+            }
+            let host = build_weight(&program, i, weights)?;
+            let buf = DevBuf::zeroed(&dev, host.bytes().len(), &w.name)?;
+            buf.upload(host.bytes(), &w.name)?;
+            let buf = Arc::new(buf);
+            cache.insert(key, Arc::downgrade(&buf));
+            built.push(buf);
+        }
+        let mut consts = Vec::new();
+        for c in &program.constants {
+            let n: usize = c.shape.iter().product();
+            let mut host = vec![0u8; n * c.dtype.size_bytes()];
+            match &c.values {
+                ConstValues::Float(v) if v.len() == n => {
+                    for (i, &x) in v.iter().enumerate() {
+                        store_f32(&mut host, c.dtype, i, x);
+                    }
+                }
+                ConstValues::Int(v) if v.len() == n => {
+                    for (i, &x) in v.iter().enumerate() {
+                        store_i64(&mut host, c.dtype, i, x);
+                    }
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "constant '{}' {:?} carries the wrong number of values",
+                        c.name, c.shape
+                    )))
+                }
+            }
+            let buf = DevBuf::zeroed(&dev, host.len(), &c.name)?;
+            buf.upload(&host, &c.name)?;
+            consts.push(buf);
+        }
+        let arena = DevBuf::zeroed(&dev, program.arena_bytes as usize, "the arena")?;
+        // Generated elementwise kernels: one module for the whole program.
+        let mut src = String::from(include_str!("kernels/common.cuh"));
+        let mut names: Vec<String> = Vec::new();
+        for s in &program.steps {
+            if let Kernel::Elementwise { expr } = &s.kernel {
+                if s.outputs.len() == 1 {
+                    let (code, name) = crate::elementwise::generate(expr, &s.inputs, &s.outputs[0]);
+                    if !names.contains(&name) {
+                        src.push('\n');
+                        src.push_str(&code);
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        let ew = if names.is_empty() {
+            HashMap::new()
+        } else {
+            dev.load_generated(&src, &names)?
+        };
+        let mut steps = Vec::with_capacity(program.steps.len());
+        let mut scratch_need = 0u64;
+        for (i, s) in program.steps.iter().enumerate() {
+            let planner = Planner {
+                dev: &dev,
+                ew: &ew,
+                step: i,
+            };
+            let p = planner.plan(s).map_err(|message| RuntimeError::Step {
+                step: i,
+                origin: s.origin.clone(),
+                kernel: s.kernel.kind(),
+                message,
+            })?;
+            scratch_need = scratch_need.max(p.scratch);
+            steps.push(p.launches);
+        }
+        let scratch = DevBuf::zeroed(&dev, (LT_WORKSPACE + scratch_need) as usize, "scratch")?;
+        let err = DevBuf::zeroed(&dev, 16, "the error word")?;
+        let clear = KernelLaunch {
+            func: dev.func("k_clear_err"),
+            grid: (1, 1, 1),
+            block: (1, 1, 1),
+            smem: 0,
+            args: vec![Arg::Ptr(0, Loc::Err)],
+        };
+        let n_in = program.inputs.len();
+        let use_graph = std::env::var("NPU_CUDA_GRAPH").map_or(true, |v| v != "0");
+        Ok(CudaExecutable {
+            dev,
+            program,
+            inputs,
+            outputs,
+            donates,
+            weights: built,
+            consts,
+            arena,
+            scratch,
+            err,
+            steps,
+            clear,
+            bound: None,
+            graph: None,
+            warm: false,
+            use_graph,
+            step_ms: Vec::new(),
+            provided: vec![false; n_in],
+            last_gpu_ms: 0.0,
+        })
+    }
+
+    /// GPU time of the last run's kernels (CUDA events around the launch or replay), ms.
+    pub fn last_gpu_ms(&self) -> f32 {
+        self.last_gpu_ms
+    }
+
+    /// Whether the last run replayed a captured graph.
+    pub fn graph_ready(&self) -> bool {
+        self.graph.is_some()
+    }
+
+    fn upload_inputs(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        state: &mut CudaState,
+    ) -> Result<Vec<u64>> {
+        self.provided.iter_mut().for_each(|p| *p = false);
+        for (name, t) in inputs {
+            let i = self
+                .program
+                .inputs
+                .iter()
+                .position(|x| x.name == *name)
+                .ok_or_else(|| RuntimeError::UnknownInput {
+                    name: name.to_string(),
+                    known: self
+                        .program
+                        .inputs
+                        .iter()
+                        .map(|x| x.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            let io = &self.program.inputs[i];
+            if t.shape() != io.shape.as_slice()
+                || !(t.dtype() == io.dtype || t.dtype() == io.storage)
+            {
+                return Err(RuntimeError::InputMismatch {
+                    name: io.name.clone(),
+                    expected_shape: io.shape.clone(),
+                    expected_dtype: io.dtype,
+                    found_shape: t.shape().to_vec(),
+                    found_dtype: t.dtype(),
+                });
+            }
+            let mut host;
+            let bytes: &[u8] = if t.dtype() == io.storage {
+                t.bytes()
+            } else {
+                host = vec![0u8; io_bytes(io)];
+                cast_bytes(t.bytes(), t.dtype(), &mut host, io.storage).map_err(|e| {
+                    RuntimeError::Tensor {
+                        name: io.name.clone(),
+                        message: e.to_string(),
+                    }
+                })?;
+                &host
+            };
+            match &self.inputs[i] {
+                Some(buf) => buf.upload(bytes, &io.name)?,
+                None => state.ensure(io)?.buf.upload(bytes, &io.name)?,
+            }
+            self.provided[i] = true;
+        }
+        let mut ptrs = Vec::with_capacity(self.program.inputs.len());
+        for i in 0..self.program.inputs.len() {
+            let io = &self.program.inputs[i];
+            match &self.inputs[i] {
+                None => ptrs.push(state.ensure(io)?.buf.ptr),
+                Some(_) if !self.provided[i] => {
+                    return Err(RuntimeError::MissingInput {
+                        name: io.name.clone(),
+                        dtype: io.dtype,
+                        shape: io.shape.clone(),
+                    })
+                }
+                Some(b) => ptrs.push(b.ptr),
+            }
+        }
+        Ok(ptrs)
+    }
+
+    fn relocate(&mut self, input_ptrs: &[u64]) {
+        let outputs: Vec<u64> = self
+            .outputs
+            .iter()
+            .zip(&self.donates)
+            .map(|(o, d)| match (o, d) {
+                (Some(b), _) => b.ptr,
+                (None, Some(j)) => input_ptrs[*j],
+                (None, None) => 0,
+            })
+            .collect();
+        let weights: Vec<u64> = self.weights.iter().map(|w| w.ptr).collect();
+        let consts: Vec<u64> = self.consts.iter().map(|c| c.ptr).collect();
+        let bases = Bases {
+            inputs: input_ptrs,
+            outputs: &outputs,
+            weights: &weights,
+            consts: &consts,
+            arena: self.arena.ptr,
+            scratch: self.scratch.ptr,
+            err: self.err.ptr,
+        };
+        self.clear.relocate(&bases);
+        for step in &mut self.steps {
+            for l in step {
+                match l {
+                    Launch::Kernel(k) => k.relocate(&bases),
+                    Launch::Lt(c) => {
+                        for i in 0..3 {
+                            c.ptrs[i] = bases.resolve(c.locs[i]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn launch_kernel(dev: &Device, k: &mut KernelLaunch) -> CudaResult<()> {
+        let mut params = k.params();
+        // SAFETY: arguments match the kernel's signature (planned from the same source);
+        // every address was resolved against live buffers.
+        unsafe {
+            result::launch_kernel(
+                k.func.0,
+                k.grid,
+                k.block,
+                k.smem,
+                dev.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| CudaError::driver("launching a kernel", e))
+    }
+
+    fn launch_step(&mut self, si: usize) -> CudaResult<()> {
+        let ws = self.scratch.ptr;
+        for l in &mut self.steps[si] {
+            match l {
+                Launch::Kernel(k) => Self::launch_kernel(&self.dev, k)?,
+                Launch::Lt(c) => c.launch(&self.dev, ws)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn step_err(&self, si: usize, e: CudaError) -> RuntimeError {
+        let s = &self.program.steps[si];
+        RuntimeError::Step {
+            step: si,
+            origin: s.origin.clone(),
+            kernel: s.kernel.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    fn launch_all(&mut self) -> Result<()> {
+        Self::launch_kernel(&self.dev, &mut self.clear)?;
+        for si in 0..self.steps.len() {
+            self.launch_step(si).map_err(|e| self.step_err(si, e))?;
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> CudaResult<()> {
+        self.dev
+            .stream
+            .synchronize()
+            .map_err(|e| CudaError::driver("synchronizing", e))
+    }
+
+    fn execute(&mut self) -> Result<()> {
+        let stream = self.dev.cu_stream();
+        if !self.step_ms.is_empty() {
+            Self::launch_kernel(&self.dev, &mut self.clear)?;
+            for si in 0..self.steps.len() {
+                let t = Instant::now();
+                self.launch_step(si).map_err(|e| self.step_err(si, e))?;
+                self.sync()?;
+                let e = &mut self.step_ms[si];
+                e.0 += t.elapsed().as_secs_f64() * 1e3;
+                e.1 += 1;
+            }
+            return Ok(());
+        }
+        let ev = |what| {
+            self.dev
+                .ctx
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| CudaError::driver(what, e))
+        };
+        let (start, stop) = (ev("creating an event")?, ev("creating an event")?);
+        start
+            .record(&self.dev.stream)
+            .map_err(|e| CudaError::driver("recording an event", e))?;
+        if self.graph.is_none() && self.warm && self.use_graph {
+            Graph::begin(stream)?;
+            let launched = self.launch_all();
+            let captured = Graph::end(stream);
+            launched?;
+            self.graph = Some(captured?);
+        }
+        match &self.graph {
+            Some(g) => g.launch(stream)?,
+            None => {
+                self.launch_all()?;
+                self.warm = true;
+            }
+        }
+        stop.record(&self.dev.stream)
+            .map_err(|e| CudaError::driver("recording an event", e))?;
+        self.sync()?;
+        self.last_gpu_ms = start.elapsed_ms(&stop).unwrap_or(0.0);
+        Ok(())
+    }
+}
+
+impl Executable for CudaExecutable {
+    fn program(&self) -> &Program {
+        &self.program
+    }
+
+    fn new_state(&self) -> Box<dyn DeviceState> {
+        Box::new(CudaState {
+            dev: self.dev.clone(),
+            bufs: HashMap::new(),
+        })
+    }
+
+    fn set_profiling(&mut self, on: bool) {
+        self.step_ms = if on {
+            vec![(0.0, 0); self.program.steps.len()]
+        } else {
+            Vec::new()
+        };
+    }
+
+    fn profile(&self) -> Vec<StepTime> {
+        self.step_ms
+            .iter()
+            .zip(&self.program.steps)
+            .enumerate()
+            .map(|(i, (&(total_ms, runs), s))| StepTime {
+                step: i,
+                kernel: s.kernel.kind(),
+                origin: s.origin.clone(),
+                total_ms,
+                runs,
+            })
+            .collect()
+    }
+
+    fn run(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        state: &mut dyn DeviceState,
+    ) -> Result<Vec<(String, HostTensor)>> {
+        let state = state
+            .as_any_mut()
+            .downcast_mut::<CudaState>()
+            .ok_or_else(|| RuntimeError::State {
+                name: String::new(),
+                message: "the state belongs to another backend".into(),
+            })?;
+        self.dev.bind()?;
+        let ptrs = self.upload_inputs(inputs, state)?;
+        if self.bound.as_ref() != Some(&ptrs) {
+            self.relocate(&ptrs);
+            self.bound = Some(ptrs);
+            self.graph = None;
+            self.warm = false;
+        }
+        self.execute()?;
+        let mut word = [0u8; 4];
+        self.err.download(&mut word, "the error word")?;
+        let code = i32::from_le_bytes(word);
+        if code > 0 {
+            let si = (code - 1) as usize;
+            let s = &self.program.steps[si.min(self.program.steps.len() - 1)];
+            return Err(RuntimeError::Step {
+                step: si,
+                origin: s.origin.clone(),
+                kernel: s.kernel.kind(),
+                message: "an index (embedding id or index_copy index) is out of range".into(),
+            });
+        }
+        let mut out = Vec::new();
+        for (oi, o) in self.program.outputs.iter().enumerate() {
+            if let Some(buf) = &self.outputs[oi] {
+                let mut raw = vec![0u8; io_bytes(o)];
+                buf.download(&mut raw, &o.name)?;
+                let t = HostTensor::new(o.storage, o.shape.clone(), raw)?.cast(o.dtype)?;
+                out.push((o.name.clone(), t));
+            }
+        }
+        Ok(out)
+    }
+}

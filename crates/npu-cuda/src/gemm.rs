@@ -1,0 +1,299 @@
+//! GEMM planning: M = 1 goes to the bandwidth-bound GEMV kernel, f16/bf16/f32 operands
+//! whose layouts cuBLASLt can express go to cuBLASLt (f32 result in scratch, then a fused
+//! bias/activation/rounding epilogue), everything else to the strided SIMT GEMM.
+
+use crate::device::Device;
+use crate::error::{CudaError, CudaResult};
+use crate::launch::{grid_for, Arg, KernelLaunch, Launch, Loc, TdArg};
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys as ltsys;
+use npu_ir::DType;
+use std::ffi::c_void;
+
+/// Scratch bytes cuBLASLt may use.
+pub(crate) const LT_WORKSPACE: u64 = 32 << 20;
+
+/// A planned cuBLASLt matmul: D (col-major N x M, f32) = alpha * op(A) op(B).
+pub(crate) struct LtCall {
+    desc: ltsys::cublasLtMatmulDesc_t,
+    layouts: [ltsys::cublasLtMatrixLayout_t; 3],
+    algo: ltsys::cublasLtMatmulAlgo_t,
+    pub locs: [Loc; 3],
+    pub ptrs: [u64; 3],
+    alpha: f32,
+    beta: f32,
+}
+
+// SAFETY: descriptors are plain host objects used by one thread at a time.
+unsafe impl Send for LtCall {}
+
+impl Drop for LtCall {
+    fn drop(&mut self) {
+        // SAFETY: created in `plan_lt`, destroyed once.
+        unsafe {
+            let _ = lt::destroy_matmul_desc(self.desc);
+            for l in self.layouts {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+        }
+    }
+}
+
+impl LtCall {
+    pub fn launch(&self, dev: &Device, workspace: u64) -> CudaResult<()> {
+        // SAFETY: pointers were resolved against live buffers; layouts match them.
+        unsafe {
+            lt::matmul(
+                dev.lt.0,
+                self.desc,
+                &self.alpha as *const f32 as *const c_void,
+                &self.beta as *const f32 as *const c_void,
+                self.ptrs[0] as *const c_void,
+                self.layouts[0],
+                self.ptrs[1] as *const c_void,
+                self.layouts[1],
+                self.ptrs[2] as *const c_void,
+                self.layouts[2],
+                self.ptrs[2] as *mut c_void,
+                self.layouts[2],
+                &self.algo,
+                workspace as *mut c_void,
+                LT_WORKSPACE as usize,
+                dev.cu_stream() as _,
+            )
+        }
+        .map_err(|e| CudaError::Blas {
+            what: "matmul".into(),
+            message: format!("{e:?}"),
+        })
+    }
+}
+
+fn lt_type(d: DType) -> Option<ltsys::cudaDataType> {
+    match d {
+        DType::F32 => Some(ltsys::cudaDataType::CUDA_R_32F),
+        DType::F16 => Some(ltsys::cudaDataType::CUDA_R_16F),
+        DType::BF16 => Some(ltsys::cudaDataType::CUDA_R_16BF),
+        _ => None,
+    }
+}
+
+/// One batch stride for dims `0..nb` of `t` over the batch shape, if they collapse.
+fn batch_stride(t: &TdArg, nb: usize) -> Option<i64> {
+    let mut stride: Option<i64> = None;
+    let mut expect: Option<i64> = None;
+    for d in (0..nb).rev() {
+        let (n, s) = (t.td.sh[d], t.td.st[d]);
+        if n == 1 {
+            continue;
+        }
+        match (stride, expect) {
+            (None, _) => {
+                stride = Some(s);
+                expect = Some(s * n);
+            }
+            (Some(s0), Some(e)) => {
+                if s0 == 0 && s == 0 {
+                    continue;
+                }
+                if s != e {
+                    return None;
+                }
+                expect = Some(s * n);
+            }
+            _ => return None,
+        }
+    }
+    Some(stride.unwrap_or(0))
+}
+
+fn blas(what: &str) -> impl Fn(cudarc::cublaslt::result::CublasError) -> CudaError + '_ {
+    move |e| CudaError::Blas {
+        what: what.into(),
+        message: format!("{e:?}"),
+    }
+}
+
+/// A matrix operand for cuBLASLt: (rows, cols, ld, transposed).
+fn lt_operand(
+    unit_first: bool,
+    r0: i64,
+    r1: i64,
+    s0: i64,
+    s1: i64,
+) -> Option<(u64, u64, i64, bool)> {
+    // Element (i, j) of the logical r0 x r1 matrix at i * s0 + j * s1. Column-major
+    // storage wants a unit stride on the first index.
+    let _ = unit_first;
+    if s0 == 1 || r0 == 1 {
+        let ld = s1.max(r0).max(1);
+        if r1 == 1 || s1 >= r0 {
+            return Some((r0 as u64, r1 as u64, ld, false));
+        }
+    }
+    if s1 == 1 || r1 == 1 {
+        let ld = s0.max(r1).max(1);
+        if r0 == 1 || s0 >= r1 {
+            return Some((r1 as u64, r0 as u64, ld, true));
+        }
+    }
+    None
+}
+
+/// Plans D[batch, m, n] (f32, dense, in scratch at `d_off`) = alpha * a @ b with cuBLASLt.
+/// `a`, `b` are aligned to the output's rank. None when cuBLASLt cannot take the layouts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_lt(
+    dev: &Device,
+    a: &TdArg,
+    b: &TdArg,
+    a_dtype: DType,
+    b_dtype: DType,
+    m: i64,
+    n: i64,
+    k: i64,
+    batches: i64,
+    alpha: f32,
+    d_off: u64,
+) -> CudaResult<Option<LtCall>> {
+    let (Some(ta), Some(tb)) = (lt_type(a_dtype), lt_type(b_dtype)) else {
+        return Ok(None);
+    };
+    if a_dtype != b_dtype || k == 0 {
+        return Ok(None);
+    }
+    let r = a.td.rank as usize;
+    let nb = r - 2;
+    let (Some(sa), Some(sb)) = (batch_stride(a, nb), batch_stride(b, nb)) else {
+        return Ok(None);
+    };
+    // Lt A = our b as (n x k): element (n, k) at n * b_sn + k * b_sk.
+    let Some(la) = lt_operand(true, n, k, b.td.st[r - 1], b.td.st[r - 2]) else {
+        return Ok(None);
+    };
+    // Lt B = our a as (k x m): element (k, m) at k * a_sk + m * a_sm.
+    let Some(lb) = lt_operand(true, k, m, a.td.st[r - 1], a.td.st[r - 2]) else {
+        return Ok(None);
+    };
+    let elem = a_dtype.size_bytes() as u64;
+    for (t, _) in [(a, 0), (b, 1)] {
+        if let Loc::Slot(_, off) = t.loc {
+            if off % 16 != 0 {
+                return Ok(None);
+            }
+        }
+    }
+    let _ = elem;
+    let f32t = ltsys::cudaDataType::CUDA_R_32F;
+    let desc = lt::create_matmul_desc(ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, f32t)
+        .map_err(blas("matmul descriptor"))?;
+    let set_desc = |attr, v: i32| {
+        // SAFETY: a live descriptor and a 4-byte value.
+        unsafe {
+            lt::set_matmul_desc_attribute(
+                desc,
+                attr,
+                &v as *const i32 as *const c_void,
+                std::mem::size_of::<i32>(),
+            )
+        }
+    };
+    set_desc(
+        ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+        i32::from(la.3),
+    )
+    .map_err(blas("transa"))?;
+    set_desc(
+        ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+        i32::from(lb.3),
+    )
+    .map_err(blas("transb"))?;
+    let mk = |t, rows: u64, cols: u64, ld: i64, stride: i64| -> CudaResult<_> {
+        let l = lt::create_matrix_layout(t, rows, cols, ld).map_err(blas("layout"))?;
+        if batches > 1 {
+            let cnt = batches as i32;
+            // SAFETY: a live layout and values of the documented sizes.
+            unsafe {
+                lt::set_matrix_layout_attribute(
+                    l,
+                    ltsys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                    &cnt as *const i32 as *const c_void,
+                    4,
+                )
+                .map_err(blas("batch count"))?;
+                lt::set_matrix_layout_attribute(
+                    l,
+                    ltsys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                    &stride as *const i64 as *const c_void,
+                    8,
+                )
+                .map_err(blas("batch stride"))?;
+            }
+        }
+        Ok(l)
+    };
+    let l_a = mk(tb, la.0, la.1, la.2, sb)?;
+    let l_b = mk(ta, lb.0, lb.1, lb.2, sa)?;
+    let l_d = mk(f32t, n as u64, m as u64, n, m * n)?;
+    let pref = lt::create_matmul_pref().map_err(blas("preference"))?;
+    let ws = LT_WORKSPACE;
+    // SAFETY: live objects; the heuristic only reads them.
+    let heur = unsafe {
+        let _ = lt::set_matmul_pref_attribute(
+            pref,
+            ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &ws as *const u64 as *const c_void,
+            8,
+        );
+        let h = lt::get_matmul_algo_heuristic(dev.lt.0, desc, l_a, l_b, l_d, l_d, pref);
+        let _ = lt::destroy_matmul_pref(pref);
+        h
+    };
+    let call = LtCall {
+        desc,
+        layouts: [l_a, l_b, l_d],
+        algo: ltsys::cublasLtMatmulAlgo_t { data: [0; 8] },
+        locs: [b.loc, a.loc, Loc::Scratch(d_off)],
+        ptrs: [0; 3],
+        alpha,
+        beta: 0.0,
+    };
+    match heur {
+        Ok(h) => Ok(Some(LtCall {
+            algo: h.algo,
+            ..call
+        })),
+        // Unsupported layout: the caller falls back (dropping `call` frees the objects).
+        Err(_) => Ok(None),
+    }
+}
+
+/// The fused epilogue after a cuBLASLt matmul: out = act(d + beta * bias), rounded.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn epilogue(
+    dev: &Device,
+    d_off: u64,
+    mn: i64,
+    bias: Option<TdArg>,
+    beta: f32,
+    act: i32,
+    out: TdArg,
+    total: usize,
+) -> Launch {
+    Launch::Kernel(KernelLaunch {
+        func: dev.func("k_epilogue"),
+        grid: (grid_for(total), 1, 1),
+        block: (256, 1, 1),
+        smem: 0,
+        args: vec![
+            Arg::Ptr(0, Loc::Scratch(d_off)),
+            Arg::I64(mn),
+            Arg::Td(bias.unwrap_or_else(TdArg::null)),
+            Arg::I32(i32::from(bias.is_some())),
+            Arg::F32(beta),
+            Arg::I32(act),
+            Arg::Td(out),
+            Arg::I64(total as i64),
+        ],
+    })
+}

@@ -1,0 +1,135 @@
+// Flash-decoding attention (SIMT): grid (split, s, b * kvh), one warp per query head of the
+// KV group, so K/V tiles are read once for all heads sharing them (GQA without expansion).
+// Each split runs an online softmax over its range of key positions and writes (m, l,
+// acc[D]) partials; k_attn_combine merges the splits. Masked slots (additive mask at or
+// below -65504, causal t > s) get probability exactly 0 and fully masked tiles are skipped.
+
+#define AT 32
+#define MAXD 256
+#define MASKED -65504.0f
+
+__device__ __forceinline__ void load_tile(const TD& t, i64 base, i64 t0, i64 tn, int D, float* dst, int ld_dst) {
+  // dst[row * ld_dst + d] = t[base + (t0 + row) * st2 + d * st3], rows < tn (others zero).
+  bool vec = (t.dt == DT_BF16 || t.dt == DT_F16) && t.st[3] == 1 && (D % 8) == 0 && (t.st[2] % 8) == 0 &&
+             (base % 8) == 0 && (t.ptr % 16) == 0;
+  if (vec) {
+    int per = D / 8;
+    for (int idx = threadIdx.x; idx < AT * per; idx += blockDim.x) {
+      int row = idx / per, c = (idx % per) * 8;
+      float f[8];
+      if (row < tn) {
+        uint4 u = *(const uint4*)((const unsigned short*)t.ptr + base + (t0 + row) * t.st[2] + c);
+        unsigned int w[4] = {u.x, u.y, u.z, u.w};
+        for (int i = 0; i < 4; ++i) {
+          unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
+          if (t.dt == DT_BF16) { f[2 * i] = bf16_to_f32(lo); f[2 * i + 1] = bf16_to_f32(hi); }
+          else { f[2 * i] = f16_to_f32(lo); f[2 * i + 1] = f16_to_f32(hi); }
+        }
+      } else {
+        for (int i = 0; i < 8; ++i) f[i] = 0.0f;
+      }
+      for (int i = 0; i < 8; ++i) dst[row * ld_dst + c + i] = f[i];
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < AT * D; idx += blockDim.x) {
+      int row = idx / D, d = idx % D;
+      dst[row * ld_dst + d] = row < tn ? ld(t, base + (t0 + row) * t.st[2] + d * t.st[3]) : 0.0f;
+    }
+  }
+}
+
+extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int causal, float scale, int group,
+                                  int hbase, i64 split_len, int nsplit, float* part) {
+  extern __shared__ float sm[];
+  int D = (int)q.sh[3];
+  i64 H = q.sh[1], S = q.sh[2], T = k.sh[2], KVH = k.sh[1];
+  int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* ks = sm;                       // [AT][D + 1]
+  float* vs = ks + AT * (D + 1);         // [AT][D]
+  float* qs = vs + AT * D;              // [nw][D]
+  i64 bk = blockIdx.z, b = bk / KVH, kh = bk % KVH, s = blockIdx.y;
+  int split = blockIdx.x;
+  int hh = hbase + warp;
+  bool active = hh < group && warp < nw;
+  i64 h = kh * group + (active ? hh : 0);
+  i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);
+  if (causal) t_end = min(t_end, s + 1);
+  for (int d = lane; d < D; d += 32)
+    qs[warp * D + d] = active ? ld(q, b * q.st[0] + h * q.st[1] + s * q.st[2] + d * q.st[3]) : 0.0f;
+  i64 kbase = b * k.st[0] + kh * k.st[1], vbase = b * v.st[0] + kh * v.st[1];
+  i64 mbase = has_mask ? b * mask.st[0] + h * mask.st[1] + s * mask.st[2] : 0;
+  float m = -NPU_INF, l = 0.0f;
+  float acc[MAXD / 32];
+  for (int j = 0; j < MAXD / 32; ++j) acc[j] = 0.0f;
+  int nd = (D + 31) / 32;
+  for (i64 t0 = t_begin; t0 < t_end; t0 += AT) {
+    i64 tn = min((i64)AT, t_end - t0);
+    i64 t = t0 + lane;
+    bool valid = active && lane < tn;
+    float mv = 0.0f;
+    if (valid && has_mask) {
+      mv = ld(mask, mbase + t * mask.st[3]);
+      if (mv <= MASKED) valid = false;
+    }
+    if (!__syncthreads_or(valid)) continue;
+    load_tile(k, kbase, t0, tn, D, ks, D + 1);
+    load_tile(v, vbase, t0, tn, D, vs, D);
+    __syncthreads();
+    if (__any_sync(0xffffffffu, valid)) {
+      float sc = -NPU_INF;
+      if (valid) {
+        float dot = 0.0f;
+        const float* kr = ks + lane * (D + 1);
+        const float* qr = qs + warp * D;
+        for (int d = 0; d < D; ++d) dot += qr[d] * kr[d];
+        sc = dot * scale + mv;
+      }
+      float mn = fmaxf(m, warp_max(sc));
+      float p = valid ? expf(sc - mn) : 0.0f;
+      float corr = (m == -NPU_INF) ? 0.0f : expf(m - mn);
+      l = l * corr + warp_sum(p);
+      for (int j = 0; j < nd; ++j) acc[j] *= corr;
+      for (int tt = 0; tt < tn; ++tt) {
+        float pt = __shfl_sync(0xffffffffu, p, tt);
+        if (pt != 0.0f) {
+          for (int j = 0; j < nd; ++j) {
+            int d = lane + 32 * j;
+            if (d < D) acc[j] += pt * vs[tt * D + d];
+          }
+        }
+      }
+      m = mn;
+    }
+    __syncthreads();
+  }
+  if (!active) return;
+  float* pp = part + (((b * H + h) * S + s) * nsplit + split) * (i64)(D + 2);
+  if (lane == 0) { pp[0] = m; pp[1] = l; }
+  for (int j = 0; j < nd; ++j) {
+    int d = lane + 32 * j;
+    if (d < D) pp[2 + d] = acc[j];
+  }
+}
+
+// One block per (b, h, s): merges the split partials and stores the output row.
+extern "C" __global__ void k_attn_combine(const float* part, int nsplit, TD out) {
+  i64 H = out.sh[1], S = out.sh[2];
+  int D = (int)out.sh[3];
+  i64 row = blockIdx.x, s = row % S, h = (row / S) % H, b = row / (S * H);
+  const float* pp = part + row * nsplit * (i64)(D + 2);
+  float M = -NPU_INF;
+  for (int i = 0; i < nsplit; ++i) M = fmaxf(M, pp[i * (D + 2)]);
+  float L = 0.0f;
+  for (int i = 0; i < nsplit; ++i) {
+    float mi = pp[i * (D + 2)];
+    if (mi != -NPU_INF) L += pp[i * (D + 2) + 1] * expf(mi - M);
+  }
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float a = 0.0f;
+    for (int i = 0; i < nsplit; ++i) {
+      float mi = pp[i * (D + 2)];
+      if (mi != -NPU_INF) a += pp[i * (D + 2) + 2 + d] * expf(mi - M);
+    }
+    st(out, b * out.st[0] + h * out.st[1] + s * out.st[2] + d * out.st[3], L > 0.0f ? a / L : 0.0f);
+  }
+}

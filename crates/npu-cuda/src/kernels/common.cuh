@@ -1,0 +1,194 @@
+// Shared device helpers: strided tensor descriptors, dtype-generic loads and stores with
+// round-to-nearest-even on store (no CUDA headers needed: conversions are bit-exact code).
+#define MAXR 8
+#define NPU_INF __int_as_float(0x7f800000)
+typedef unsigned long long u64;
+typedef long long i64;
+
+struct TD {
+  u64 ptr;
+  int dt;
+  int rank;
+  i64 sh[MAXR];
+  i64 st[MAXR];
+};
+
+// dtype codes (must match the Rust side, dtype_code()).
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+#define DT_F64 3
+#define DT_I64 4
+#define DT_I32 5
+#define DT_I16 6
+#define DT_I8 7
+#define DT_U8 8
+#define DT_BOOL 9
+
+__device__ __forceinline__ float bf16_to_f32(unsigned short b) {
+  return __uint_as_float(((unsigned int)b) << 16);
+}
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ unsigned short f32_to_f16(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+__device__ __forceinline__ float ld_dt(u64 p, int dt, i64 off) {
+  switch (dt) {
+    case DT_F32: return ((const float*)p)[off];
+    case DT_F16: return f16_to_f32(((const unsigned short*)p)[off]);
+    case DT_BF16: return bf16_to_f32(((const unsigned short*)p)[off]);
+    case DT_F64: return (float)((const double*)p)[off];
+    case DT_I64: return (float)((const long long*)p)[off];
+    case DT_I32: return (float)((const int*)p)[off];
+    case DT_I16: return (float)((const short*)p)[off];
+    case DT_I8: return (float)((const signed char*)p)[off];
+    default: return (float)((const unsigned char*)p)[off];
+  }
+}
+__device__ __forceinline__ void st_dt(u64 p, int dt, i64 off, float v) {
+  switch (dt) {
+    case DT_F32: ((float*)p)[off] = v; break;
+    case DT_F16: ((unsigned short*)p)[off] = f32_to_f16(v); break;
+    case DT_BF16: ((unsigned short*)p)[off] = f32_to_bf16(v); break;
+    case DT_F64: ((double*)p)[off] = (double)v; break;
+    case DT_I64: ((long long*)p)[off] = (long long)v; break;
+    case DT_I32: ((int*)p)[off] = (int)v; break;
+    case DT_I16: ((short*)p)[off] = (short)v; break;
+    case DT_I8: ((signed char*)p)[off] = (signed char)v; break;
+    case DT_BOOL: ((unsigned char*)p)[off] = v != 0.0f; break;
+    default: ((unsigned char*)p)[off] = (unsigned char)v; break;
+  }
+}
+__device__ __forceinline__ i64 ldi_dt(u64 p, int dt, i64 off) {
+  switch (dt) {
+    case DT_I64: return ((const long long*)p)[off];
+    case DT_I32: return ((const int*)p)[off];
+    case DT_I16: return ((const short*)p)[off];
+    case DT_I8: return ((const signed char*)p)[off];
+    case DT_U8: case DT_BOOL: return ((const unsigned char*)p)[off];
+    default: return (i64)ld_dt(p, dt, off);
+  }
+}
+__device__ __forceinline__ void sti_dt(u64 p, int dt, i64 off, i64 v) {
+  switch (dt) {
+    case DT_I64: ((long long*)p)[off] = v; break;
+    case DT_I32: ((int*)p)[off] = (int)v; break;
+    case DT_I16: ((short*)p)[off] = (short)v; break;
+    case DT_I8: ((signed char*)p)[off] = (signed char)v; break;
+    case DT_BOOL: ((unsigned char*)p)[off] = v != 0; break;
+    case DT_U8: ((unsigned char*)p)[off] = (unsigned char)v; break;
+    default: st_dt(p, dt, off, (float)v); break;
+  }
+}
+__device__ __forceinline__ bool is_float_dt(int dt) { return dt <= DT_F64; }
+
+// Rounds v to what dtype dt can hold (f32 math, store semantics).
+__device__ __forceinline__ float round_dt(int dt, float v) {
+  switch (dt) {
+    case DT_F16: return f16_to_f32(f32_to_f16(v));
+    case DT_BF16: return bf16_to_f32(f32_to_bf16(v));
+    case DT_F32: case DT_F64: return v;
+    case DT_BOOL: return v != 0.0f ? 1.0f : 0.0f;
+    default: return truncf(v);
+  }
+}
+
+__device__ __forceinline__ float ld(const TD& t, i64 off) { return ld_dt(t.ptr, t.dt, off); }
+__device__ __forceinline__ void st(const TD& t, i64 off, float v) { st_dt(t.ptr, t.dt, off, v); }
+
+// Element offset of row-major linear index `lin` over t's own shape.
+__device__ __forceinline__ i64 offset_of(const TD& t, i64 lin) {
+  i64 off = 0;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    i64 n = t.sh[d];
+    off += (lin % n) * t.st[d];
+    lin /= n;
+  }
+  return off;
+}
+// Offset of linear index `lin` over the first `r` dims of t.
+__device__ __forceinline__ i64 offset_lead(const TD& t, int r, i64 lin) {
+  i64 off = 0;
+  for (int d = r - 1; d >= 0; --d) {
+    i64 n = t.sh[d];
+    off += (lin % n) * t.st[d];
+    lin /= n;
+  }
+  return off;
+}
+
+// Unary op codes (must match the Rust side, unary_code()).
+__device__ __forceinline__ float apply_unary(int code, float a) {
+  switch (code) {
+    case 0: return fmaxf(a, 0.0f);
+    case 1: return a / (1.0f + expf(-a));
+    case 2: return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
+    case 3: { float c = 0.7978845608028654f; return 0.5f * a * (1.0f + tanhf(c * (a + 0.044715f * a * a * a))); }
+    case 4: return -a;
+    case 5: return 1.0f / sqrtf(a);
+    case 6: return sqrtf(a);
+    case 7: return 1.0f / a;
+    case 8: return expf(a);
+    case 9: return logf(a);
+    case 10: return cosf(a);
+    case 11: return sinf(a);
+    case 12: return tanhf(a);
+    case 13: return 1.0f / (1.0f + expf(-a));
+    case 14: return fabsf(a);
+    default: return a;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide sum/max (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float red[32];
+  __syncthreads();
+  v = warp_sum(v);
+  int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  if (l == 0) red[w] = v;
+  __syncthreads();
+  int nw = blockDim.x >> 5;
+  v = (threadIdx.x < nw) ? red[threadIdx.x] : 0.0f;
+  if (w == 0) v = warp_sum(v);
+  if (threadIdx.x == 0) red[0] = v;
+  __syncthreads();
+  return red[0];
+}
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float redm[32];
+  __syncthreads();
+  v = warp_max(v);
+  int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  if (l == 0) redm[w] = v;
+  __syncthreads();
+  int nw = blockDim.x >> 5;
+  v = (threadIdx.x < nw) ? redm[threadIdx.x] : -NPU_INF;
+  if (w == 0) v = warp_max(v);
+  if (threadIdx.x == 0) redm[0] = v;
+  __syncthreads();
+  return redm[0];
+}
+
+// Records the first failing step (1-based) in the run's error word.
+__device__ __forceinline__ void report(int* err, int step) { atomicCAS(err, 0, step + 1); }

@@ -1,0 +1,152 @@
+// GEMM fallbacks and helpers: a tiled SIMT GEMM over arbitrary strides (any dtypes, f32
+// accumulation, fused alpha/bias/activation), the bandwidth-bound GEMV for M = 1, the
+// epilogues applied after cuBLASLt, and im2col for convolutions.
+// Operand descriptors are normalized on the host to the output's rank (broadcast dims have
+// stride 0), so batch offsets come from the leading dims of each descriptor.
+
+#define GT 64
+#define GK 16
+
+extern "C" __global__ void __launch_bounds__(256) k_gemm(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                         float beta, int act, TD out) {
+  int r = out.rank;
+  i64 M = out.sh[r - 2], N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 batch = blockIdx.z;
+  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
+  i64 oo = offset_lead(out, r - 2, batch);
+  i64 a_sm = a.st[r - 2], a_sk = a.st[r - 1], b_sk = b.st[r - 2], b_sn = b.st[r - 1];
+  __shared__ float As[GK][GT + 1];
+  __shared__ float Bs[GK][GT + 1];
+  int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  i64 m0 = blockIdx.y * (i64)GT, n0 = blockIdx.x * (i64)GT;
+  float acc[4][4];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  for (i64 k0 = 0; k0 < K; k0 += GK) {
+    for (int idx = threadIdx.x; idx < GK * GT; idx += 256) {
+      int kk = idx / GT, mm = idx % GT;
+      i64 gm = m0 + mm, gk = k0 + kk;
+      As[kk][mm] = (gm < M && gk < K) ? ld(a, ao + gm * a_sm + gk * a_sk) : 0.0f;
+      i64 gn = n0 + mm;
+      Bs[kk][mm] = (gn < N && gk < K) ? ld(b, bo + gk * b_sk + gn * b_sn) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < GK; ++kk) {
+      float av[4], bv[4];
+      for (int i = 0; i < 4; ++i) av[i] = As[kk][ty + 16 * i];
+      for (int j = 0; j < 4; ++j) bv[j] = Bs[kk][tx + 16 * j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+  i64 bio = has_bias ? offset_lead(bias, r - 2, batch) : 0;
+  for (int i = 0; i < 4; ++i) {
+    i64 gm = m0 + ty + 16 * i;
+    if (gm >= M) continue;
+    for (int j = 0; j < 4; ++j) {
+      i64 gn = n0 + tx + 16 * j;
+      if (gn >= N) continue;
+      float v = alpha * acc[i][j];
+      if (has_bias) v += beta * ld(bias, bio + gm * bias.st[r - 2] + gn * bias.st[r - 1]);
+      if (act >= 0) v = apply_unary(act, v);
+      st(out, oo + gm * out.st[r - 2] + gn * out.st[r - 1], v);
+    }
+  }
+}
+
+// out[.., m, n] = act(c[batch * cbs + m * N + n] + beta * bias) for a dense f32 result c.
+extern "C" __global__ void k_epilogue(const float* c, i64 cbs, TD bias, int has_bias, float beta, int act,
+                                      TD out, i64 total) {
+  int r = out.rank;
+  i64 M = out.sh[r - 2], N = out.sh[r - 1];
+  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
+    i64 n = e % N, m = (e / N) % M, batch = e / (N * M);
+    float v = c[batch * cbs + m * N + n];
+    if (has_bias) v += beta * ld(bias, offset_lead(bias, r - 2, batch) + m * bias.st[r - 2] + n * bias.st[r - 1]);
+    if (act >= 0) v = apply_unary(act, v);
+    st(out, offset_lead(out, r - 2, batch) + m * out.st[r - 2] + n * out.st[r - 1], v);
+  }
+}
+
+// Conv epilogue: out[n, o, y, x] = act(c[o * ldc + n * pix + y * OW + x] + bias[o]).
+extern "C" __global__ void k_conv_epilogue(const float* c, i64 ldc, i64 o0, TD bias, int has_bias, int act,
+                                           TD out, i64 og) {
+  i64 N = out.sh[0], OH = out.sh[2], OW = out.sh[3];
+  i64 pix = OH * OW, total = og * N * pix;
+  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
+    i64 p = e % pix, n = (e / pix) % N, o = e / (pix * N);
+    float v = c[o * ldc + n * pix + p];
+    if (has_bias) v += ld(bias, (o0 + o) * bias.st[bias.rank - 1]);
+    if (act >= 0) v = apply_unary(act, v);
+    st(out, n * out.st[0] + (o0 + o) * out.st[1] + (p / OW) * out.st[2] + (p % OW) * out.st[3], v);
+  }
+}
+
+// col[(ci * kh + i) * kw + j, n * pix + y * OW + x] = x[n, c0 + ci, y*sh - ph + i*dh, x*sw - pw + j*dw].
+extern "C" __global__ void k_im2col(TD x, int c0, int cg, int kh, int kw, int sh, int sw, int ph, int pw,
+                                    int dh, int dw, int OH, int OW, u64 col, int col_dt) {
+  i64 N = x.sh[0], H = x.sh[2], W = x.sh[3];
+  i64 pix = (i64)OH * OW, cols = N * pix, total = (i64)cg * kh * kw * cols;
+  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
+    i64 cidx = e % cols, row = e / cols;
+    i64 n = cidx / pix, p = cidx % pix;
+    int j = row % kw, i = (row / kw) % kh, ci = row / (kw * kh);
+    i64 yy = (p / OW) * sh - ph + i * dh, xx = (p % OW) * sw - pw + j * dw;
+    float v = 0.0f;
+    if (yy >= 0 && yy < H && xx >= 0 && xx < W) v = ld(x, n * x.st[0] + (c0 + ci) * x.st[1] + yy * x.st[2] + xx * x.st[3]);
+    st_dt(col, col_dt, e, v);
+  }
+}
+
+__device__ __forceinline__ void unpack8(uint4 u, int dt, float* f) {
+  unsigned int w[4] = {u.x, u.y, u.z, u.w};
+  for (int i = 0; i < 4; ++i) {
+    unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
+    if (dt == DT_BF16) { f[2 * i] = bf16_to_f32(lo); f[2 * i + 1] = bf16_to_f32(hi); }
+    else { f[2 * i] = f16_to_f32(lo); f[2 * i + 1] = f16_to_f32(hi); }
+  }
+}
+
+// M = 1: out[.., 0, n] = act(alpha * a[.., 0, :] . b[.., :, n] + beta * bias). One warp per
+// output column n, b contiguous along K. vec = 1: 16-bit b with 16-byte loads (K % 8 == 0,
+// rows 16-byte aligned). a is staged in shared memory as f32 (dynamic, K floats).
+extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, int has_bias, float alpha, float beta,
+                                                         int act, TD out, int vec) {
+  extern __shared__ float as[];
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 batch = blockIdx.y;
+  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
+  for (i64 k = threadIdx.x; k < K; k += blockDim.x) as[k] = ld(a, ao + k * a.st[r - 1]);
+  __syncthreads();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  i64 n = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
+  if (n >= N) return;
+  i64 rowo = bo + n * b.st[r - 1];
+  float s = 0.0f;
+  if (vec) {
+    const uint4* row = (const uint4*)((const unsigned short*)b.ptr + rowo);
+    i64 nv = K / 8;
+#pragma unroll 4
+    for (i64 v = lane; v < nv; v += 32) {
+      uint4 u = __ldg(row + v);
+      float f[8];
+      unpack8(u, b.dt, f);
+      const float* ap = as + v * 8;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s += f[i] * ap[i];
+    }
+  } else {
+    i64 bk = b.st[r - 2];
+    for (i64 k = lane; k < K; k += 32) s += ld(b, rowo + k * bk) * as[k];
+  }
+  s = warp_sum(s);
+  if (lane == 0) {
+    float v = alpha * s;
+    if (has_bias) v += beta * ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]);
+    if (act >= 0) v = apply_unary(act, v);
+    st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+  }
+}

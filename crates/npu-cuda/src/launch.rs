@@ -1,0 +1,230 @@
+//! Planned launches: kernel arguments with device addresses still symbolic (slot + byte
+//! offset), resolved against the run's base pointers. Nothing here allocates per run, so a
+//! whole run can be captured in a CUDA graph.
+
+use crate::device::Func;
+use crate::gemm::LtCall;
+use npu_compiler::program::{Binding, Slot};
+use npu_ir::DType;
+use std::ffi::c_void;
+
+pub(crate) const MAXR: usize = 8;
+
+/// The kernels' `TD` (kernels/common.cuh): pointer, dtype code, rank, shape, strides.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Td {
+    pub ptr: u64,
+    pub dt: i32,
+    pub rank: i32,
+    pub sh: [i64; MAXR],
+    pub st: [i64; MAXR],
+}
+
+/// Where a device address points.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Loc {
+    Slot(Slot, u64),
+    /// The executable's scratch buffer at a byte offset.
+    Scratch(u64),
+    /// The run's error word.
+    Err,
+    /// No buffer (an absent optional operand).
+    Null,
+}
+
+pub(crate) fn dtype_code(d: DType) -> i32 {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        DType::F64 => 3,
+        DType::I64 => 4,
+        DType::I32 => 5,
+        DType::I16 => 6,
+        DType::I8 => 7,
+        DType::U8 => 8,
+        DType::Bool => 9,
+    }
+}
+
+pub(crate) fn unary_code(u: Option<npu_ir::UnaryOp>) -> i32 {
+    use npu_ir::UnaryOp::*;
+    match u {
+        None => -1,
+        Some(u) => match u {
+            Relu => 0,
+            Silu => 1,
+            Gelu => 2,
+            GeluTanh => 3,
+            Neg => 4,
+            Rsqrt => 5,
+            Sqrt => 6,
+            Recip => 7,
+            Exp => 8,
+            Log => 9,
+            Cos => 10,
+            Sin => 11,
+            Tanh => 12,
+            Sigmoid => 13,
+            Abs => 14,
+        },
+    }
+}
+
+/// A tensor operand: its descriptor and where its pointer comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TdArg {
+    pub td: Td,
+    pub loc: Loc,
+}
+
+impl TdArg {
+    pub fn of(b: &Binding) -> TdArg {
+        let mut td = Td {
+            dt: dtype_code(b.dtype),
+            rank: b.shape.len() as i32,
+            ..Td::default()
+        };
+        for (i, (&d, &s)) in b.shape.iter().zip(&b.strides).enumerate().take(MAXR) {
+            td.sh[i] = d as i64;
+            td.st[i] = s as i64;
+        }
+        TdArg {
+            td,
+            loc: Loc::Slot(b.slot, b.byte_offset),
+        }
+    }
+
+    /// A dense tensor in scratch.
+    pub fn scratch(off: u64, dtype: DType, shape: &[usize]) -> TdArg {
+        let b = Binding {
+            slot: Slot::Arena,
+            byte_offset: 0,
+            shape: shape.to_vec(),
+            strides: npu_compiler::program::dense_strides(shape),
+            dtype,
+        };
+        TdArg {
+            loc: Loc::Scratch(off),
+            ..TdArg::of(&b)
+        }
+    }
+
+    /// An absent operand.
+    pub fn null() -> TdArg {
+        TdArg {
+            td: Td {
+                rank: 1,
+                sh: [1; MAXR],
+                ..Td::default()
+            },
+            loc: Loc::Null,
+        }
+    }
+
+    /// The same tensor seen with `rank` dims: missing leading dims and size-1 dims
+    /// broadcast (stride 0), right-aligned as the CPU's batch_off does.
+    pub fn aligned_to(&self, shape: &[usize]) -> TdArg {
+        let r = shape.len();
+        let own = self.td.rank as usize;
+        let mut out = *self;
+        out.td.rank = r as i32;
+        for (d, &n) in shape.iter().enumerate() {
+            let od = d as isize - (r as isize - own as isize);
+            out.td.sh[d] = n as i64;
+            out.td.st[d] = if od >= 0 && self.td.sh[od as usize] != 1 {
+                self.td.st[od as usize]
+            } else {
+                0
+            };
+        }
+        out
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Arg {
+    Td(TdArg),
+    Ptr(u64, Loc),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+}
+
+pub(crate) struct KernelLaunch {
+    pub func: Func,
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub smem: u32,
+    pub args: Vec<Arg>,
+}
+
+pub(crate) enum Launch {
+    Kernel(KernelLaunch),
+    Lt(Box<LtCall>),
+}
+
+/// Base device addresses of the run's buffers.
+pub(crate) struct Bases<'a> {
+    pub inputs: &'a [u64],
+    pub outputs: &'a [u64],
+    pub weights: &'a [u64],
+    pub consts: &'a [u64],
+    pub arena: u64,
+    pub scratch: u64,
+    pub err: u64,
+}
+
+impl Bases<'_> {
+    pub fn resolve(&self, loc: Loc) -> u64 {
+        match loc {
+            Loc::Slot(s, off) => {
+                let base = match s {
+                    Slot::Input(i) => self.inputs[i as usize],
+                    Slot::Output(i) => self.outputs[i as usize],
+                    Slot::Weight(i) => self.weights[i as usize],
+                    Slot::Const(i) => self.consts[i as usize],
+                    Slot::Arena => self.arena,
+                };
+                base + off
+            }
+            Loc::Scratch(off) => self.scratch + off,
+            Loc::Err => self.err,
+            Loc::Null => 0,
+        }
+    }
+}
+
+impl KernelLaunch {
+    pub fn relocate(&mut self, b: &Bases) {
+        for a in &mut self.args {
+            match a {
+                Arg::Td(t) => t.td.ptr = b.resolve(t.loc),
+                Arg::Ptr(p, loc) => *p = b.resolve(*loc),
+                _ => {}
+            }
+        }
+    }
+
+    /// Raw parameter pointers for cuLaunchKernel, valid while `self` is not moved.
+    pub fn params(&mut self) -> Vec<*mut c_void> {
+        self.args
+            .iter_mut()
+            .map(|a| match a {
+                Arg::Td(t) => &mut t.td as *mut Td as *mut c_void,
+                Arg::Ptr(p, _) => p as *mut u64 as *mut c_void,
+                Arg::I32(v) => v as *mut i32 as *mut c_void,
+                Arg::I64(v) => v as *mut i64 as *mut c_void,
+                Arg::F32(v) => v as *mut f32 as *mut c_void,
+                Arg::F64(v) => v as *mut f64 as *mut c_void,
+            })
+            .collect()
+    }
+}
+
+/// Grid size for a grid-stride loop over `n` elements with 256 threads.
+pub(crate) fn grid_for(n: usize) -> u32 {
+    n.div_ceil(256).clamp(1, 65535 * 8) as u32
+}

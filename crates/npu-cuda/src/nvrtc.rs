@@ -1,0 +1,141 @@
+//! NVRTC compilation to PTX with an on-disk cache keyed by source, GPU architecture and
+//! NVRTC version (`$NPU_CUDA_CACHE`, else `$XDG_CACHE_HOME/npu-cuda`, else
+//! `~/.cache/npu-cuda`; caching is skipped when no directory can be made).
+
+use crate::error::{CudaError, CudaResult};
+use std::path::PathBuf;
+
+/// FNV-1a, 64 bits: a stable hash for cache keys.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn nvrtc_version() -> (i32, i32) {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    (major, minor)
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("NPU_CUDA_CACHE") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("npu-cuda"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("npu-cuda"))
+}
+
+/// PTX for `src` on compute capability `arch`.
+pub(crate) fn compile_cached(src: &str, arch: (i32, i32), what: &str) -> CudaResult<String> {
+    let ver = nvrtc_version();
+    let key = format!("{src}\n// arch {arch:?} nvrtc {ver:?}");
+    let file = cache_dir().map(|d| d.join(format!("{:016x}.ptx", fnv1a(key.as_bytes()))));
+    if let Some(f) = &file {
+        if let Ok(ptx) = std::fs::read_to_string(f) {
+            if !ptx.is_empty() {
+                return Ok(ptx);
+            }
+        }
+    }
+    let ptx = compile(src, arch, what)?;
+    if let Some(f) = &file {
+        if let Some(dir) = f.parent() {
+            if std::fs::create_dir_all(dir).is_ok() {
+                // Write then rename, so a concurrent reader never sees half a file.
+                let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+                if std::fs::write(&tmp, &ptx).is_ok() {
+                    let _ = std::fs::rename(&tmp, f);
+                }
+            }
+        }
+    }
+    Ok(ptx)
+}
+
+fn compile(src: &str, arch: (i32, i32), what: &str) -> CudaResult<String> {
+    if src.contains('\0') {
+        return Err(CudaError::Compile {
+            what: what.into(),
+            message: "source holds a NUL byte".into(),
+        });
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: vec![
+            format!("--gpu-architecture=compute_{}{}", arch.0, arch.1),
+            "--std=c++17".into(),
+        ],
+        name: Some("npu_kernels.cu".into()),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| CudaError::Compile {
+        what: what.into(),
+        message: format!("{e:?}"),
+    })?;
+    Ok(ptx.to_src())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use npu_compiler::expr::{Expr, Instr};
+    use npu_compiler::program::{Binding, Slot};
+    use npu_ir::{BinaryOp, DType, UnaryOp};
+
+    fn nvrtc_present() -> bool {
+        // SAFETY: only probes whether the library can be opened.
+        unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    }
+
+    /// Compiles the kernel library and a generated kernel with NVRTC alone (no GPU
+    /// needed); skipped where libnvrtc is absent.
+    #[test]
+    fn kernels_compile_with_nvrtc() {
+        if !nvrtc_present() {
+            return;
+        }
+        compile(
+            &crate::device::library_source(),
+            (9, 0),
+            "the kernel library",
+        )
+        .unwrap();
+        let b = |shape: Vec<usize>, strides: Vec<usize>, dtype| Binding {
+            slot: Slot::Arena,
+            byte_offset: 0,
+            shape,
+            strides,
+            dtype,
+        };
+        let expr = Expr {
+            code: vec![
+                Instr::Load(0),
+                Instr::Unary(UnaryOp::Silu),
+                Instr::Load(1),
+                Instr::Binary(BinaryOp::Mul),
+                Instr::Const(0.5),
+                Instr::Binary(BinaryOp::Pow),
+                Instr::Clamp {
+                    min: Some(-1.0),
+                    max: None,
+                },
+                Instr::Cast(DType::BF16),
+            ],
+        };
+        let ins = [
+            b(vec![2, 3], vec![3, 1], DType::BF16),
+            b(vec![2, 3], vec![0, 1], DType::F32),
+        ];
+        let out = b(vec![2, 3], vec![3, 1], DType::F16);
+        let (code, name) = crate::elementwise::generate(&expr, &ins, &out);
+        assert!(code.contains(&name));
+        let src = format!("{}\n{code}", include_str!("kernels/common.cuh"));
+        compile(&src, (9, 0), "a generated kernel").unwrap();
+    }
+}
