@@ -1,13 +1,14 @@
 //! `npu run MODEL.json`: partition an IR graph for the target, compile its NPU partitions,
 //! and run the mix (CPU partitions on the fallback interpreter) through the DAG executor.
 
+use crate::backends::backend_by_name;
 use crate::run::{find_input, open_weights, RunArgs};
 use anyhow::{bail, Context, Result};
 use npu_compiler::partition::{partition, place_for_target, Device};
 use npu_compiler::{CompileOptions, Target};
 use npu_ir::DType;
 use npu_runtime::dag::DagExecutor;
-use npu_runtime::{backend_by_name, read_safetensors, write_safetensors, HostTensor};
+use npu_runtime::{read_safetensors, write_safetensors, HostTensor};
 use std::time::Instant;
 
 /// How to compile the graph's NPU partitions.
