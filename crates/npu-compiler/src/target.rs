@@ -136,84 +136,89 @@ impl Target {
         if let Some(r) = self.ir_op_unsupported(&node.op) {
             return Some(r);
         }
-        let out_dtypes = node.outputs.iter().map(|v| graph.ty(*v).dtype);
-        if let Some(r) = integer_arithmetic(&node.op, out_dtypes) {
-            return Some(r);
+        operand_reason(&node.op, node, graph)
+    }
+}
+
+/// What the NPU cannot do with these operands of an otherwise supported op (see
+/// [`Target::ir_node_unsupported`]). Generic over the graph's op type so the compiler's
+/// constraint check asks the same question after canonicalization.
+pub fn operand_reason<O>(op: &IrOp, node: &Node<O>, graph: &Graph<O>) -> Option<String> {
+    let out_dtypes = node.outputs.iter().map(|v| graph.ty(*v).dtype);
+    if let Some(r) = integer_arithmetic(op, out_dtypes) {
+        return Some(r);
+    }
+    let ty = |i: usize| node.inputs.get(i).map(|v| graph.ty(*v));
+    let shape = |i: usize| ty(i).map_or(&[][..], |t| t.shape.as_slice());
+    for v in &node.outputs {
+        let t = graph.ty(*v);
+        if t.numel() == 0 {
+            return Some(format!(
+                "output '{}' has zero elements {:?}",
+                graph.value(*v).name,
+                t.shape
+            ));
         }
-        let ty = |i: usize| node.inputs.get(i).map(|v| graph.ty(*v));
-        let shape = |i: usize| ty(i).map_or(&[][..], |t| t.shape.as_slice());
-        for v in &node.outputs {
-            let t = graph.ty(*v);
-            if t.numel() == 0 {
+    }
+    match op {
+        IrOp::Sdpa { .. } => {
+            let (q, k, v) = (shape(0), shape(1), shape(2));
+            if q.len() != 4 || k.len() != 4 || v.len() != 4 {
                 return Some(format!(
-                    "output '{}' has zero elements {:?}",
-                    graph.value(*v).name,
-                    t.shape
+                    "scaled_dot_product_attention needs 4-D q/k/v, got {q:?} {k:?} {v:?}"
                 ));
             }
-        }
-        match &node.op {
-            IrOp::Sdpa { .. } => {
-                let (q, k, v) = (shape(0), shape(1), shape(2));
-                if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+            if q[0] != k[0] || k != v || k[1] == 0 || q[1] % k[1] != 0 || q[3] != k[3] {
+                return Some(format!(
+                    "scaled_dot_product_attention with q {q:?}, k {k:?}, v {v:?}"
+                ));
+            }
+            if let Some(m) = ty(3) {
+                if !m.dtype.is_float() {
                     return Some(format!(
-                        "scaled_dot_product_attention needs 4-D q/k/v, got {q:?} {k:?} {v:?}"
+                        "scaled_dot_product_attention with a {} mask",
+                        m.dtype
                     ));
                 }
-                if q[0] != k[0] || k != v || k[1] == 0 || q[1] % k[1] != 0 || q[3] != k[3] {
+                let scores = [q[0], q[1], q[2], k[2]];
+                let ok = m.shape.len() <= 4
+                    && m.shape
+                        .iter()
+                        .rev()
+                        .zip(scores.iter().rev())
+                        .all(|(a, b)| a == b || *a == 1);
+                if !ok {
                     return Some(format!(
-                        "scaled_dot_product_attention with q {q:?}, k {k:?}, v {v:?}"
+                        "scaled_dot_product_attention mask {:?} does not broadcast to {scores:?}",
+                        m.shape
                     ));
                 }
-                if let Some(m) = ty(3) {
-                    if !m.dtype.is_float() {
-                        return Some(format!(
-                            "scaled_dot_product_attention with a {} mask",
-                            m.dtype
-                        ));
-                    }
-                    let scores = [q[0], q[1], q[2], k[2]];
-                    let ok = m.shape.len() <= 4
-                        && m.shape
-                            .iter()
-                            .rev()
-                            .zip(scores.iter().rev())
-                            .all(|(a, b)| a == b || *a == 1);
-                    if !ok {
-                        return Some(format!(
-                            "scaled_dot_product_attention mask {:?} does not broadcast to {scores:?}",
-                            m.shape
-                        ));
-                    }
-                }
-                None
             }
-            IrOp::Conv2d { .. }
-            | IrOp::MaxPool2d(_)
-            | IrOp::AvgPool2d { .. }
-            | IrOp::AdaptiveAvgPool2d { .. }
-                if shape(0).len() != 4 =>
-            {
-                Some(format!(
-                    "{} of a {:?} input (needs NCHW)",
-                    node.op.name(),
-                    shape(0)
-                ))
-            }
-            IrOp::Linear if shape(1).len() != 2 => {
-                Some(format!("linear with a {:?} weight", shape(1)))
-            }
-            IrOp::Matmul if shape(0).is_empty() || shape(1).is_empty() => {
-                Some("matmul of a 0-d tensor".into())
-            }
-            IrOp::Embedding if ty(1).is_some_and(|t| t.dtype.is_float()) => {
-                Some("embedding with float indices".into())
-            }
-            IrOp::IndexCopy { .. } if ty(1).is_some_and(|t| t.dtype.is_float()) => {
-                Some("index_copy with float indices".into())
-            }
-            _ => None,
+            None
         }
+        IrOp::Conv2d { .. }
+        | IrOp::MaxPool2d(_)
+        | IrOp::AvgPool2d { .. }
+        | IrOp::AdaptiveAvgPool2d { .. }
+            if shape(0).len() != 4 =>
+        {
+            Some(format!(
+                "{} of a {:?} input (needs NCHW)",
+                op.name(),
+                shape(0)
+            ))
+        }
+        IrOp::Linear if shape(1).len() != 2 => Some(format!("linear with a {:?} weight", shape(1))),
+        IrOp::Matmul if shape(0).is_empty() || shape(1).is_empty() => {
+            Some("matmul of a 0-d tensor".into())
+        }
+        IrOp::Embedding if ty(1).is_some_and(|t| t.dtype.is_float()) => {
+            Some("embedding with float indices".into())
+        }
+        IrOp::IndexCopy { .. } if ty(1).is_some_and(|t| t.dtype.is_float()) => {
+            Some("index_copy with float indices".into())
+        }
+        _ => None,
     }
 }
 

@@ -326,3 +326,50 @@ fn unknown_ops_go_to_the_cpu_with_a_reason() {
     let text = p.to_text(&g);
     assert!(text.contains("pixel_shuffle"), "{text}");
 }
+
+#[test]
+fn check_and_partition_ask_the_same_question() {
+    // Every live node the partitioner sends to the CPU for a reason of the target is a
+    // violation of `check`, with the same message, and no other node is.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/bert-tiny/model.ir.json");
+    let g = npu_ir::load(&path).unwrap();
+    let placements = place_for_target(&g, &target::NPU, &[]);
+    let violations = npu_compiler::check(g.clone(), &target::NPU).unwrap();
+    let mut cpu: Vec<(String, String)> = g
+        .nodes
+        .iter()
+        .zip(&placements)
+        .filter_map(|(n, p)| p.reason.clone().map(|r| (n.name.clone(), r)))
+        // canonicalize removes these before check sees them
+        .filter(|(n, _)| !n.starts_with("_assert"))
+        .collect();
+    let mut seen: Vec<(String, String)> = violations
+        .iter()
+        .map(|v| (v.node.clone(), v.message.clone()))
+        .collect();
+    cpu.sort();
+    seen.sort();
+    // check runs after dead-code elimination: a dead CPU node is not a violation.
+    let producers = g.producers();
+    let mut live = vec![false; g.nodes.len()];
+    let mut stack: Vec<usize> = g
+        .outputs
+        .iter()
+        .filter_map(|v| producers[v.idx()].map(|p| p.0))
+        .collect();
+    while let Some(n) = stack.pop() {
+        if !std::mem::replace(&mut live[n], true) {
+            stack.extend(
+                g.nodes[n]
+                    .inputs
+                    .iter()
+                    .filter_map(|v| producers[v.idx()].map(|p| p.0)),
+            );
+        }
+    }
+    cpu.retain(|(name, _)| live[g.nodes.iter().position(|n| &n.name == name).unwrap()]);
+    assert_eq!(seen, cpu);
+    assert!(seen.iter().any(|(_, m)| m.contains("bool mask")));
+    assert!(seen.iter().any(|(_, m)| m.contains("integer add")));
+}

@@ -2,36 +2,29 @@
 
 use crate::error::Violation;
 use crate::graph::CGraph;
-use crate::target::Target;
+use crate::target::{operand_reason, Target};
 
 pub fn check(g: &CGraph, target: &Target) -> Vec<Violation> {
     let mut out = Vec::new();
     for node in &g.nodes {
-        let mut report = |message: String| {
+        // The op itself, else its operands: the same questions the partitioner asks, one
+        // report per node.
+        let reason = target
+            .unsupported_reason(node)
+            .or_else(|| node.op.ir().and_then(|op| operand_reason(op, node, g)));
+        let reason = reason.or_else(|| {
+            node.outputs.iter().chain(&node.inputs).find_map(|v| {
+                let val = g.value(*v);
+                (val.ty.numel() == 0)
+                    .then(|| format!("tensor '{}' has zero elements {:?}", val.name, val.ty.shape))
+            })
+        });
+        if let Some(message) = reason {
             out.push(Violation {
                 node: node.name.clone(),
                 op_type: node.op_type.clone(),
                 message,
             });
-        };
-        if let Some(reason) = target.unsupported_reason(node) {
-            report(reason);
-        }
-        if let Some(op) = node.op.ir() {
-            let out_dtypes = node.outputs.iter().map(|v| g.ty(*v).dtype);
-            if let Some(reason) = crate::target::integer_arithmetic(op, out_dtypes) {
-                report(reason);
-            }
-        }
-        for v in node.outputs.iter().chain(&node.inputs) {
-            let val = g.value(*v);
-            if val.ty.numel() == 0 {
-                report(format!(
-                    "tensor '{}' has zero elements {:?}",
-                    val.name, val.ty.shape
-                ));
-                break;
-            }
         }
     }
     out
