@@ -1,0 +1,255 @@
+//! `npu-cuda-bench`: drives compiled programs on the CUDA backend for the GPU check and
+//! benchmark scripts; prints one JSON object on stdout.
+//!
+//!   npu-cuda-bench time --program P --weights W --io IO [--prefix input.] [--repeat N] [--out F]
+//!   npu-cuda-bench teacher --prefill P --decode D --weights W --io IO --steps N --out F
+//!   npu-cuda-bench decode-at --decode D --weights W --positions 128,1024 [--repeat N]
+//!
+//! `time` runs a program on the inputs named PREFIX<name> in IO (warm-up, then medians of the
+//! CUDA-event time of the replayed graph and of the whole run); `teacher` runs the prefill
+//! and then decode step i on IO's `decode.<i>.input.*` (teacher forcing on the reference
+//! tokens) and writes every step's logits; `decode-at` times one decode step at each cache
+//! position (mask admitting slots 0..=p).
+
+use npu_compiler::npubin;
+use npu_compiler::Program;
+use npu_cuda::{CudaBackend, CudaExecutable};
+use npu_ir::DType;
+use npu_runtime::{read_safetensors, write_safetensors, Executable, HostTensor, SafetensorsFile};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+type Res<T> = Result<T, String>;
+type Outs = Vec<(String, HostTensor)>;
+
+fn arg(map: &HashMap<String, String>, k: &str) -> Res<String> {
+    map.get(k).cloned().ok_or_else(|| format!("missing --{k}"))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn load(p: &str) -> Res<Program> {
+    npubin::load(&PathBuf::from(p)).map_err(|e| format!("{p}: {e}"))
+}
+
+fn prepare(b: &CudaBackend, p: &Program, w: &SafetensorsFile) -> Res<CudaExecutable> {
+    b.prepare_cuda(p, w).map_err(|e| e.to_string())
+}
+
+fn inputs_with<'a>(
+    p: &Program,
+    io: &'a [(String, HostTensor)],
+    prefix: &str,
+    state_too: bool,
+) -> Vec<(&'a str, &'a HostTensor)> {
+    let mut v = Vec::new();
+    for i in &p.inputs {
+        let is_state = p.outputs.iter().any(|o| {
+            o.donates_input
+                .map(|x| p.inputs[x as usize].name == i.name)
+                .unwrap_or(false)
+        });
+        if is_state && !state_too {
+            continue;
+        }
+        let key = format!("{prefix}{}", i.name);
+        if let Some((k, t)) = io.iter().find(|(k, _)| *k == key) {
+            let name: &'a str = &k[prefix.len()..];
+            v.push((name, t));
+        }
+    }
+    v
+}
+
+fn run(
+    x: &mut CudaExecutable,
+    ins: &[(&str, &HostTensor)],
+    st: &mut dyn npu_runtime::DeviceState,
+) -> Res<(Outs, f64, f64)> {
+    let t = Instant::now();
+    let out = x.run(ins, st).map_err(|e| e.to_string())?;
+    Ok((
+        out,
+        t.elapsed().as_secs_f64() * 1e3,
+        f64::from(x.last_gpu_ms()),
+    ))
+}
+
+fn cmd_time(a: &HashMap<String, String>) -> Res<String> {
+    let b = CudaBackend::new().map_err(|e| e.to_string())?;
+    let p = load(&arg(a, "program")?)?;
+    let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?)).map_err(|e| e.to_string())?;
+    let io = read_safetensors(&PathBuf::from(arg(a, "io")?)).map_err(|e| e.to_string())?;
+    let prefix = a.get("prefix").cloned().unwrap_or_else(|| "input.".into());
+    let repeat: usize = a.get("repeat").and_then(|s| s.parse().ok()).unwrap_or(50);
+    let t = Instant::now();
+    let mut x = prepare(&b, &p, &w)?;
+    let prepare_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut st = x.new_state();
+    let first = inputs_with(&p, &io, &prefix, true);
+    let (out, _, _) = run(&mut x, &first, st.as_mut())?;
+    let ins = inputs_with(&p, &io, &prefix, false);
+    for _ in 0..3 {
+        run(&mut x, &ins, st.as_mut())?;
+    }
+    let (mut gpu, mut wall) = (Vec::new(), Vec::new());
+    for _ in 0..repeat {
+        let (_, w_ms, g_ms) = run(&mut x, &ins, st.as_mut())?;
+        gpu.push(g_ms);
+        wall.push(w_ms);
+    }
+    if let Some(o) = a.get("out") {
+        write_safetensors(&PathBuf::from(o), &out).map_err(|e| e.to_string())?;
+    }
+    Ok(format!(
+        "{{\"device\":{:?},\"prepare_ms\":{prepare_ms:.1},\"gpu_ms\":{:.4},\"wall_ms\":{:.4},\"graph\":{},\"steps\":{}}}",
+        b.describe(),
+        median(&mut gpu),
+        median(&mut wall),
+        x.graph_ready(),
+        p.steps.len()
+    ))
+}
+
+fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
+    let b = CudaBackend::new().map_err(|e| e.to_string())?;
+    let pre = load(&arg(a, "prefill")?)?;
+    let dec = load(&arg(a, "decode")?)?;
+    let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?)).map_err(|e| e.to_string())?;
+    let io = read_safetensors(&PathBuf::from(arg(a, "io")?)).map_err(|e| e.to_string())?;
+    let steps: usize = arg(a, "steps")?.parse().map_err(|_| "bad --steps")?;
+    let mut px = prepare(&b, &pre, &w)?;
+    let mut dx = prepare(&b, &dec, &w)?;
+    let mut st = px.new_state();
+    let ins = inputs_with(&pre, &io, "prefill.input.", true);
+    let (out, pre_wall, pre_gpu) = run(&mut px, &ins, st.as_mut())?;
+    let mut result = vec![(
+        "prefill.logits".to_string(),
+        out[0].1.cast(DType::F32).map_err(|e| e.to_string())?,
+    )];
+    let mut rows: Vec<f32> = Vec::new();
+    let (mut gpu, mut wall) = (Vec::new(), Vec::new());
+    let mut vocab = 0;
+    for i in 0..steps {
+        let ins = inputs_with(&dec, &io, &format!("decode.{i}.input."), false);
+        if ins.is_empty() {
+            return Err(format!("IO has no decode.{i}.input.* tensors"));
+        }
+        let (out, w_ms, g_ms) = run(&mut dx, &ins, st.as_mut())?;
+        let l = out[0].1.to_f32_vec();
+        vocab = l.len();
+        rows.extend(l);
+        gpu.push(g_ms);
+        wall.push(w_ms);
+    }
+    result.push((
+        "decode.logits".into(),
+        HostTensor::from_f32(vec![steps, vocab], &rows),
+    ));
+    write_safetensors(&PathBuf::from(arg(a, "out")?), &result).map_err(|e| e.to_string())?;
+    let (g, wl) = (median(&mut gpu.clone()), median(&mut wall.clone()));
+    Ok(format!(
+        "{{\"device\":{:?},\"prefill_wall_ms\":{pre_wall:.3},\"prefill_gpu_ms\":{pre_gpu:.3},\"decode_gpu_ms_median\":{g:.4},\"decode_wall_ms_median\":{wl:.4},\"steps\":{steps}}}",
+        b.describe()
+    ))
+}
+
+fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
+    let b = CudaBackend::new().map_err(|e| e.to_string())?;
+    let dec = load(&arg(a, "decode")?)?;
+    let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?)).map_err(|e| e.to_string())?;
+    let repeat: usize = a.get("repeat").and_then(|s| s.parse().ok()).unwrap_or(30);
+    let positions: Vec<usize> = arg(a, "positions")?
+        .split(',')
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let mut x = prepare(&b, &dec, &w)?;
+    let mut st = x.new_state();
+    let find = |n: &str| {
+        dec.inputs
+            .iter()
+            .find(|i| i.name == n)
+            .cloned()
+            .ok_or(format!("decode program has no input {n}"))
+    };
+    let mask_io = find("attention_mask")?;
+    let max = *mask_io.shape.last().unwrap_or(&0);
+    let mut out = Vec::new();
+    for &p in &positions {
+        if p >= max {
+            return Err(format!("position {p} is outside the cache of {max}"));
+        }
+        let ids = HostTensor::from_i64(vec![1, 1], &[(p * 7919 % 151_000) as i64]);
+        let mvals: Vec<f32> = (0..max)
+            .map(|s| if s <= p { 0.0 } else { f32::MIN })
+            .collect();
+        let mask = HostTensor::from_f32_as(mask_io.dtype, mask_io.shape.clone(), &mvals);
+        let pos = HostTensor::from_i64(vec![1, 1], &[p as i64]);
+        let cpos = HostTensor::from_i64(vec![1], &[p as i64]);
+        let ins: Vec<(&str, &HostTensor)> = vec![
+            ("input_ids", &ids),
+            ("attention_mask", &mask),
+            ("position_ids", &pos),
+            ("cache_position", &cpos),
+        ];
+        for _ in 0..3 {
+            run(&mut x, &ins, st.as_mut())?;
+        }
+        let (mut gpu, mut wall) = (Vec::new(), Vec::new());
+        for _ in 0..repeat {
+            let (_, w_ms, g_ms) = run(&mut x, &ins, st.as_mut())?;
+            gpu.push(g_ms);
+            wall.push(w_ms);
+        }
+        out.push(format!(
+            "{{\"position\":{p},\"gpu_ms\":{:.4},\"wall_ms\":{:.4}}}",
+            median(&mut gpu),
+            median(&mut wall)
+        ));
+    }
+    Ok(format!(
+        "{{\"device\":{:?},\"cache\":{max},\"graph\":{},\"points\":[{}]}}",
+        b.describe(),
+        x.graph_ready(),
+        out.join(",")
+    ))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first().cloned() else {
+        eprintln!("usage: npu-cuda-bench (time|teacher|decode-at) --key value ...");
+        return ExitCode::from(2);
+    };
+    let mut map = HashMap::new();
+    for kv in args[1..].chunks(2) {
+        if let [k, v] = kv {
+            map.insert(k.trim_start_matches("--").to_string(), v.clone());
+        }
+    }
+    let r = match cmd.as_str() {
+        "time" => cmd_time(&map),
+        "teacher" => cmd_teacher(&map),
+        "decode-at" => cmd_decode_at(&map),
+        other => Err(format!("unknown command '{other}'")),
+    };
+    match r {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

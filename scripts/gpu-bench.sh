@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# GPU benchmark of the CUDA backend against PyTorch eager and torch.compile on the same GPU, for
+# the GPU machine (builds nothing; stage with scripts/gpu-check.sh --stage). Writes
+# $OUT/cuda-bench.json (commit the reported run as benchmarks/results/cuda-<gpu>.json).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/npu-gpu-out}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD/tools/export PYTHONUNBUFFERED=1
+export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
+python3 -m npu_export.gpu_bench --bin .device --work /tmp/npu-gpu --json "$out/cuda-bench.json" "$@" \
+    2>&1 | tee "$out/gpu-bench.log"

@@ -1,0 +1,251 @@
+"""GPU correctness check of the CUDA backend (run on the GPU machine; builds nothing).
+
+1. every kernel kind against the CPU backend (``npu-cuda-check``: random and odd shapes, long
+   contexts);
+2. ResNet-18/50 compiled to f16 against PyTorch f16 on the same GPU (top-5 agreement, Pearson r);
+3. Qwen2.5-tiny (f32 and bf16) and Qwen2.5-1.5B (random bf16 weights): prefill plus N decode steps,
+   per-step logits against PyTorch on the same GPU, fed the same tokens (Pearson r > 0.99, top-5
+   overlap >= 4/5).
+
+Prints a table last and writes JSON.
+
+    python -m npu_export.gpu_check --bin DIR --work DIR [--json FILE] [--skip-1p5b] [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from . import gpu_common as g
+
+Row = dict[str, Any]
+
+
+def kernel_rows(bin_dir: Path, work: Path, log: Path) -> list[Row]:
+    out = work / "kernels.json"
+    try:
+        g.sh([str(bin_dir / "npu-cuda-check"), "--json", str(out)], log)
+    except RuntimeError as e:
+        if not out.exists():
+            return [{"check": "kernels", "metric": "run", "value": str(e)[:200], "limit": "", "ok": False}]
+    rows = []
+    for r in json.loads(out.read_text()):
+        rows.append(
+            {
+                "check": f"kernel {r['case']}",
+                "metric": "max|d|/max|ref|",
+                "value": r["rel_err"],
+                "limit": f"<= {r['tol']:g}",
+                "ok": bool(r["passed"]),
+            }
+        )
+    return rows
+
+
+def resnet_rows(bin_dir: Path, npu: str, work: Path, model: str, log: Path) -> list[Row]:
+    from . import vision
+
+    d = g.export(model, work / model, [], log)
+    prog = g.compile_program(npu, d / "model.ir.json", d / "f16.npubin", "f16", log)
+    ours_file = d / "cuda-out.safetensors"
+    g.sh_json(
+        [
+            str(bin_dir / "npu-cuda-bench"),
+            "time",
+            "--program",
+            str(prog),
+            "--weights",
+            str(d / "weights.safetensors"),
+            "--io",
+            str(d / "io.safetensors"),
+            "--repeat",
+            "5",
+            "--out",
+            str(ours_file),
+        ],
+        log,
+    )
+    ours = next(iter(load_file(str(ours_file)).values())).float().cpu()
+    io = load_file(str(d / "io.safetensors"))
+    x = next(v for k, v in io.items() if k.startswith("input."))
+    build, _ = vision.MODELS[model]
+    torch.manual_seed(0)
+    net = build()
+    vision.randomize_batchnorm(net, torch.Generator().manual_seed(0))
+    net = net.eval().half().cuda()
+    with torch.no_grad():
+        ref = net(x.half().cuda()).float().cpu()
+    r = g.pearson(ours, ref)
+    top = g.top5_overlap(ours, ref)
+    am = int(ours.argmax()) == int(ref.argmax())
+    return [
+        {
+            "check": f"{model} f16 vs torch f16 (GPU)",
+            "metric": "pearson r",
+            "value": r,
+            "limit": "> 0.99",
+            "ok": r > 0.99,
+        },
+        {
+            "check": f"{model} f16 vs torch f16 (GPU)",
+            "metric": "top-5 overlap",
+            "value": top,
+            "limit": ">= 4",
+            "ok": top >= 4,
+        },
+        {
+            "check": f"{model} f16 vs torch f16 (GPU)",
+            "metric": "argmax match",
+            "value": am,
+            "limit": "True",
+            "ok": am,
+        },
+    ]
+
+
+def torch_logits_gpu(
+    model: str, d: Path, dtype: torch.dtype, steps: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prefill and teacher-forced decode logits of the export's model, in PyTorch on the GPU."""
+    from . import qwen
+
+    meta = json.loads((d / "meta.json").read_text())
+    cfg = qwen.build_config(model, None)
+    torch.manual_seed(0)
+    m = qwen.build_model(cfg, dtype, None, meta=False)
+    wrapper = qwen.make_wrapper(m).eval().cuda()
+    io = load_file(str(d / "io.safetensors"))
+    fixed = ["input_ids", "attention_mask", "position_ids", "cache_position"]
+    n_cache = 2 * cfg.num_hidden_layers
+    pre = [io[f"prefill.input.{n}"].cuda() for n in fixed]
+    names = [x["name"] for x in meta["ir"]["prefill"]["inputs"]][4:]
+    kv = tuple(io[f"prefill.input.{n}"].cuda() for n in names[:n_cache])
+    rows = []
+    with torch.no_grad():
+        out = wrapper(*pre, *kv)
+        pre_logits = out[0][0, -1].float().cpu()
+        kv = tuple(out[1:])
+        for i in range(steps):
+            dec = [io[f"decode.{i}.input.{n}"].cuda() for n in fixed]
+            out = wrapper(*dec, *kv)
+            kv = tuple(out[1:])
+            rows.append(out[0][0, -1].float().cpu())
+    return pre_logits, torch.stack(rows)
+
+
+def qwen_rows(
+    bin_dir: Path, npu: str, work: Path, model: str, dtype: str, steps: int, log: Path
+) -> list[Row]:
+    tdt = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    extra = [
+        "--dtype",
+        {"f32": "float32", "bf16": "bfloat16"}[dtype],
+        "--decode-steps",
+        str(steps),
+        "--no-hf-check",
+    ]
+    d = g.export(model, work / f"{model}-{dtype}", extra, log)
+    pre = g.compile_program(npu, d / "prefill.ir.json", d / f"prefill-{dtype}.npubin", dtype, log)
+    dec = g.compile_program(npu, d / "decode.ir.json", d / f"decode-{dtype}.npubin", dtype, log)
+    ours_file = d / "cuda-logits.safetensors"
+    t = g.sh_json(
+        [
+            str(bin_dir / "npu-cuda-bench"),
+            "teacher",
+            "--prefill",
+            str(pre),
+            "--decode",
+            str(dec),
+            "--weights",
+            str(d / "weights.safetensors"),
+            "--io",
+            str(d / "io.safetensors"),
+            "--steps",
+            str(steps),
+            "--out",
+            str(ours_file),
+        ],
+        log,
+    )
+    ours = load_file(str(ours_file))
+    ref_pre, ref_dec = torch_logits_gpu(model, d, tdt, steps)
+    rs = [g.pearson(ours["prefill.logits"].flatten(), ref_pre)]
+    tops = [g.top5_overlap(ours["prefill.logits"].flatten(), ref_pre)]
+    for i in range(steps):
+        rs.append(g.pearson(ours["decode.logits"][i], ref_dec[i]))
+        tops.append(g.top5_overlap(ours["decode.logits"][i], ref_dec[i]))
+    name = f"{model} {dtype} prefill+{steps} decode vs torch (GPU)"
+    return [
+        {"check": name, "metric": "min pearson r", "value": min(rs), "limit": "> 0.99", "ok": min(rs) > 0.99},
+        {
+            "check": name,
+            "metric": "min top-5 overlap",
+            "value": min(tops),
+            "limit": ">= 4",
+            "ok": min(tops) >= 4,
+        },
+        {
+            "check": name,
+            "metric": "decode ms/token (gpu)",
+            "value": t["decode_gpu_ms_median"],
+            "limit": "",
+            "ok": True,
+        },
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m npu_export.gpu_check", description=__doc__)
+    p.add_argument(
+        "--bin", type=Path, default=Path(".device"), help="folder with npu, npu-cuda-check, npu-cuda-bench"
+    )
+    p.add_argument("--work", type=Path, default=Path("/tmp/npu-gpu"))
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--skip-1p5b", action="store_true")
+    p.add_argument("--skip-kernels", action="store_true")
+    a = p.parse_args(argv)
+    a.work.mkdir(parents=True, exist_ok=True)
+    log = a.work / "gpu_check.log"
+    npu = str(a.bin / "npu")
+    rows: list[Row] = []
+    jobs: list[tuple[str, Any]] = []
+    if not a.skip_kernels:
+        jobs.append(("kernels", lambda: kernel_rows(a.bin, a.work, log)))
+    for m in ("resnet18", "resnet50"):
+        jobs.append((m, lambda m=m: resnet_rows(a.bin, npu, a.work, m, log)))
+    for dt in ("f32", "bf16"):
+        jobs.append(
+            (f"tiny {dt}", lambda dt=dt: qwen_rows(a.bin, npu, a.work, "qwen2.5-tiny", dt, a.steps, log))
+        )
+    if not a.skip_1p5b:
+        jobs.append(("1.5b", lambda: qwen_rows(a.bin, npu, a.work, "qwen2.5-1.5b", "bf16", a.steps, log)))
+    for name, job in jobs:
+        t = time.perf_counter()
+        try:
+            rows.extend(job())
+        except Exception as e:  # noqa: BLE001 - one failing check must not hide the others
+            rows.append({"check": name, "metric": "error", "value": str(e)[-300:], "limit": "", "ok": False})
+        print(f"[{name}] {time.perf_counter() - t:.1f} s", flush=True)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    print(f"\n{'check':<62} {'metric':<22} {'value':>12} {'limit':>9}  ok")
+    for r in rows:
+        v = r["value"]
+        vs = f"{v:.6f}" if isinstance(v, float) else str(v)
+        verdict = "ok" if r["ok"] else "FAIL"
+        print(f"{r['check'][:62]:<62} {r['metric']:<22} {vs[:40]:>12} {r['limit']:>9}  {verdict}")
+    failed = sum(not r["ok"] for r in rows)
+    print(f"{len(rows) - failed} of {len(rows)} checks passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""Shared helpers of the GPU check and benchmark (run on the GPU machine)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def sh(cmd: list[str], log: Path | None = None) -> str:
+    """Runs a command; returns stdout, raising with its stderr on failure."""
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if log is not None:
+        with log.open("a") as f:
+            f.write(f"$ {' '.join(cmd)}\n{res.stdout}{res.stderr}\n")
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])}... failed ({res.returncode}): {res.stderr.strip()[-2000:]}")
+    return res.stdout
+
+
+def sh_json(cmd: list[str], log: Path | None = None) -> dict[str, Any]:
+    out = sh(cmd, log).strip().splitlines()
+    return dict(json.loads(out[-1]))
+
+
+def export(model: str, out: Path, extra: list[str], log: Path | None = None) -> Path:
+    """``python -m npu_export MODEL --out OUT`` unless OUT already holds it."""
+    marker = out / "meta.json"
+    if not marker.exists():
+        sh([sys.executable, "-m", "npu_export", model, "--out", str(out), *extra], log)
+    return out
+
+
+def compile_program(npu: str, ir: Path, out: Path, dtype: str, log: Path | None = None) -> Path:
+    if not out.exists():
+        sh([npu, "compile", str(ir), "-o", str(out), "--dtype", dtype], log)
+    return out
+
+
+def cuda_ms(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
+    """Median CUDA-event time of fn() in ms."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
+    x, y = a.double().flatten(), b.double().flatten()
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum() / (x.norm() * y.norm()).clamp_min(1e-30))
+
+
+def top5_overlap(a: torch.Tensor, b: torch.Tensor) -> int:
+    ta = set(a.float().flatten().topk(5).indices.tolist())
+    tb = set(b.float().flatten().topk(5).indices.tolist())
+    return len(ta & tb)
+
+
+def copy_bandwidth_gbs() -> float:
+    """(bytes read + bytes written) / time of a 1 GiB device-to-device copy, median."""
+    src = torch.ones(1 << 28, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    ms = cuda_ms(lambda: dst.copy_(src), repeat=20)
+    return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
