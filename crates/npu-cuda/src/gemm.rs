@@ -249,7 +249,7 @@ pub(crate) fn plan_lt(
         let _ = lt::destroy_matmul_pref(pref);
         h
     };
-    let call = LtCall {
+    let mut call = LtCall {
         desc,
         layouts: [l_a, l_b, l_d],
         algo: ltsys::cublasLtMatmulAlgo_t { data: [0; 8] },
@@ -259,10 +259,10 @@ pub(crate) fn plan_lt(
         beta: 0.0,
     };
     match heur {
-        Ok(h) => Ok(Some(LtCall {
-            algo: h.algo,
-            ..call
-        })),
+        Ok(h) => {
+            call.algo = h.algo;
+            Ok(Some(call))
+        }
         // Unsupported layout: the caller falls back (dropping `call` frees the objects).
         Err(_) => Ok(None),
     }

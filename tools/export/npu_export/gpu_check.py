@@ -52,7 +52,7 @@ def kernel_rows(bin_dir: Path, work: Path, log: Path) -> list[Row]:
 def resnet_rows(bin_dir: Path, npu: str, work: Path, model: str, log: Path) -> list[Row]:
     from . import vision
 
-    d = g.export(model, work / model, [], log)
+    d = g.export(model, work / f"{model}-b1", ["--batch", "1"], log)
     prog = g.compile_program(npu, d / "model.ir.json", d / "f16.npubin", "f16", log)
     ours_file = d / "cuda-out.safetensors"
     g.sh_json(
