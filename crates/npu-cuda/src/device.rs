@@ -28,6 +28,9 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_conv_epilogue",
     "k_im2col",
     "k_gemv",
+    "k_gemv16",
+    "k_im2col2",
+    "k_conv_epilogue2",
     "k_attn",
     "k_attn_combine",
 ];
@@ -136,7 +139,7 @@ impl Device {
         for (name, f) in LIBRARY_KERNELS.iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        for k in ["k_attn", "k_gemv"] {
+        for k in ["k_attn", "k_gemv", "k_gemv16"] {
             let f = dev.library[k];
             // SAFETY: a valid function handle; opting into more dynamic shared memory.
             unsafe {

@@ -32,6 +32,25 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
             let _ = writeln!(body, "    i64 o{i} = e;");
         }
         let _ = writeln!(body, "    i64 oo = e;");
+    } else if out.numel() < i32::MAX as usize {
+        // Shapes as constants: 32-bit division by constants is a multiply and shift.
+        let _ = writeln!(body, "    unsigned int rem = (unsigned int)e; i64 oo = 0;");
+        for i in 0..n_in {
+            let _ = writeln!(body, "    i64 o{i} = 0;");
+        }
+        for d in (0..rank).rev() {
+            let n = out.shape[d];
+            let _ = writeln!(
+                body,
+                "    {{ unsigned int ix = rem % {n}u; rem /= {n}u; oo += ix * out.st[{d}];"
+            );
+            for (i, b) in inputs.iter().enumerate() {
+                if b.strides[d] != 0 {
+                    let _ = write!(body, " o{i} += ix * i{i}.st[{d}];");
+                }
+            }
+            let _ = writeln!(body, " }}");
+        }
     } else {
         let _ = writeln!(body, "    i64 rem = e, oo = 0;");
         for i in 0..n_in {

@@ -467,11 +467,18 @@ impl Planner<'_> {
             let off_ok = matches!(bn.loc, Loc::Slot(_, off) if off % 16 == 0);
             let bs_ok = (0..r - 2).all(|d| bn.td.st[d] % 8 == 0);
             let vec = esz == 2 && k % 8 == 0 && b_sn % 8 == 0 && off_ok && bs_ok;
+            // Same 16-bit dtype on both sides: a is staged raw (half the shared memory).
+            let raw16 = vec && a.dtype == b.dtype;
+            let (name, smem) = if raw16 {
+                ("k_gemv16", k * 2)
+            } else {
+                ("k_gemv", k * 4)
+            };
             let launch = kl(
-                self.f("k_gemv"),
+                self.f(name),
                 (n.div_ceil(8) as u32, batches.max(1) as u32, 1),
                 256,
-                (k * 4) as u32,
+                smem as u32,
                 vec![
                     Arg::Td(an),
                     Arg::Td(bn),
@@ -484,6 +491,13 @@ impl Planner<'_> {
                     Arg::I32(i32::from(vec)),
                 ],
             );
+            let launch = match launch {
+                Launch::Kernel(mut k) if raw16 => {
+                    k.args.pop();
+                    Launch::Kernel(k)
+                }
+                other => other,
+            };
             return Ok(StepPlan {
                 launches: vec![launch],
                 scratch: 0,
@@ -615,9 +629,16 @@ impl Planner<'_> {
         let mut launches = Vec::new();
         for gi in 0..g {
             let i = |v: usize| Arg::I32(v as i32);
+            // 32-bit index kernels (2-D grids) when the sizes fit, else the 64-bit ones.
+            let small = cols < i32::MAX as usize && h * wd < i32::MAX as usize;
+            let (im2col, im_grid) = if small {
+                ("k_im2col2", (cols.div_ceil(256).min(4096) as u32, kc.min(65535) as u32, 1))
+            } else {
+                ("k_im2col", (grid_for(kc * cols), 1, 1))
+            };
             launches.push(kl(
-                self.f("k_im2col"),
-                (grid_for(kc * cols), 1, 1),
+                self.f(im2col),
+                im_grid,
                 256,
                 0,
                 vec![
@@ -686,9 +707,14 @@ impl Planner<'_> {
                     ));
                 }
             }
+            let (epi, epi_grid) = if small {
+                ("k_conv_epilogue2", (cols.div_ceil(256).min(4096) as u32, og.min(65535) as u32, 1))
+            } else {
+                ("k_conv_epilogue", (grid_for(og * cols), 1, 1))
+            };
             launches.push(kl(
-                self.f("k_conv_epilogue"),
-                (grid_for(og * cols), 1, 1),
+                self.f(epi),
+                epi_grid,
                 256,
                 0,
                 vec![

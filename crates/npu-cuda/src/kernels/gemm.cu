@@ -150,3 +150,91 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
     st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
   }
 }
+
+// M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
+// conflict-free), b rows stream through 16-byte loads, four in flight per lane. One warp per
+// output column n. Needs K % 8 == 0 and 16-byte aligned b rows.
+#define GV_U 4
+extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out) {
+  extern __shared__ uint4 as4[];
+  unsigned short* as16 = (unsigned short*)as4;
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 batch = blockIdx.y;
+  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
+  const unsigned short* ap = (const unsigned short*)a.ptr;
+  i64 ak = a.st[r - 1];
+  for (int k = threadIdx.x; k < K; k += blockDim.x) as16[k] = ap[ao + k * ak];
+  __syncthreads();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  i64 n = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
+  if (n >= N) return;
+  const uint4* row = (const uint4*)((const unsigned short*)b.ptr + bo + n * b.st[r - 1]);
+  int nv = (int)(K / 8);
+  float s = 0.0f;
+  for (int v0 = lane; v0 < nv; v0 += 32 * GV_U) {
+    uint4 w[GV_U];
+#pragma unroll
+    for (int u = 0; u < GV_U; ++u) {
+      int v = v0 + 32 * u;
+      if (v < nv) w[u] = __ldg(row + v);
+    }
+#pragma unroll
+    for (int u = 0; u < GV_U; ++u) {
+      int v = v0 + 32 * u;
+      if (v < nv) {
+        float wf[8], xf[8];
+        unpack8(w[u], b.dt, wf);
+        unpack8(as4[v], b.dt, xf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+      }
+    }
+  }
+  s = warp_sum(s);
+  if (lane == 0) {
+    float v = alpha * s;
+    if (has_bias) v += beta * ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]);
+    if (act >= 0) v = apply_unary(act, v);
+    st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+  }
+}
+
+// im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with
+// 32-bit index math. Same layout as k_im2col.
+extern "C" __global__ void k_im2col2(TD x, int c0, int cg, int kh, int kw, int sh, int sw, int ph, int pw,
+                                     int dh, int dw, int OH, int OW, u64 col, int col_dt) {
+  int N = (int)x.sh[0], H = (int)x.sh[2], W = (int)x.sh[3];
+  int pix = OH * OW, cols = N * pix, rows = cg * kh * kw;
+  for (int row = blockIdx.y; row < rows; row += gridDim.y) {
+    int j = row % kw, i = (row / kw) % kh, ci = row / (kw * kh);
+    i64 cbase = (i64)(c0 + ci) * x.st[1];
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+      int n = c / pix, p = c - n * pix;
+      int oy = p / OW, ox = p - oy * OW;
+      int yy = oy * sh - ph + i * dh, xx = ox * sw - pw + j * dw;
+      float v = 0.0f;
+      if (yy >= 0 && yy < H && xx >= 0 && xx < W) v = ld(x, n * x.st[0] + cbase + yy * x.st[2] + xx * x.st[3]);
+      st_dt(col, col_dt, (i64)row * cols + c, v);
+    }
+  }
+}
+
+// Conv epilogue with a 2-D grid: y over output channels of the group, x over N * pix.
+extern "C" __global__ void k_conv_epilogue2(const float* c, i64 ldc, i64 o0, TD bias, int has_bias, int act,
+                                            TD out, i64 og) {
+  int N = (int)out.sh[0], OW = (int)out.sh[3];
+  int pix = (int)out.sh[2] * OW, cols = N * pix;
+  for (i64 o = blockIdx.y; o < og; o += gridDim.y) {
+    float bv = has_bias ? ld(bias, (o0 + o) * bias.st[bias.rank - 1]) : 0.0f;
+    i64 obase = (o0 + o) * out.st[1];
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < cols; e += gridDim.x * blockDim.x) {
+      int n = e / pix, p = e - n * pix;
+      int oy = p / OW, ox = p - oy * OW;
+      float v = c[o * ldc + e] + bv;
+      if (act >= 0) v = apply_unary(act, v);
+      st(out, n * out.st[0] + obase + oy * out.st[2] + ox * out.st[3], v);
+    }
+  }
+}
