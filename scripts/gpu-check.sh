@@ -5,8 +5,11 @@
 #   .git/info/exclude and carried to the device).
 # There: scripts/gpu-check.sh [--bench] [gpu_check args]: installs the wheel, runs every kernel kind
 #   against the CPU backend, ResNet-18/50 f16 and Qwen2.5 (tiny f32/bf16, 1.5B bf16) against
-#   PyTorch on the same GPU, prints a table; with --bench also runs scripts' benchmark
-#   (python -m npu_export.gpu_bench). Logs and JSON go to $OUT (or /tmp/npu-gpu).
+#   PyTorch on the same GPU, prints a table; with --bench also runs the benchmark
+#   (python -m npu_export.gpu_bench). Logs and JSON go to $OUT (or /tmp/npu-gpu-out).
+# On an H100 the check takes ~4-5 min and the benchmark ~4 min once the exports exist: from a fresh
+# machine, run them as two calls (check, then scripts/gpu-bench.sh while the machine is warm: the
+# exports in /tmp/npu-gpu are reused) to stay inside one call's 10 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--stage" ]; then
