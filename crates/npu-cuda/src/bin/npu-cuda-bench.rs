@@ -3,7 +3,7 @@
 //!
 //!   npu-cuda-bench time --program P --weights W --io IO [--prefix input.] [--repeat N] [--out F]
 //!   npu-cuda-bench teacher --prefill P --decode D --weights W --io IO --steps N --out F
-//!   npu-cuda-bench decode-at --decode D --weights W --positions 128,1024 [--repeat N]
+//!   npu-cuda-bench decode-at --decode D --weights W|random --positions 128,1024 [--repeat N]
 //!
 //! `time` runs a program on the inputs named PREFIX<name> in IO (warm-up, then medians of the
 //! CUDA-event time of the replayed graph and of the whole run); `teacher` runs the prefill
@@ -15,7 +15,10 @@ use npu_compiler::npubin;
 use npu_compiler::Program;
 use npu_cuda::{CudaBackend, CudaExecutable};
 use npu_ir::DType;
-use npu_runtime::{read_safetensors, write_safetensors, Executable, HostTensor, SafetensorsFile};
+use npu_runtime::{
+    read_safetensors, write_safetensors, Executable, HostTensor, MemoryWeights, SafetensorsFile,
+    WeightSource,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,7 +44,7 @@ fn load(p: &str) -> Res<Program> {
     npubin::load(&PathBuf::from(p)).map_err(|e| format!("{p}: {e}"))
 }
 
-fn prepare(b: &CudaBackend, p: &Program, w: &SafetensorsFile) -> Res<CudaExecutable> {
+fn prepare(b: &CudaBackend, p: &Program, w: &dyn WeightSource) -> Res<CudaExecutable> {
     b.prepare_cuda(p, w).map_err(|e| e.to_string())
 }
 
@@ -163,16 +166,37 @@ fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
     ))
 }
 
+/// Uniform random weights in [-0.04, 0.04) for every source tensor (timing only).
+fn random_weights(p: &Program) -> MemoryWeights {
+    let mut rng = npu_cuda::conformance::Rng::new(11);
+    let mut m = HashMap::new();
+    for s in &p.sources {
+        let n: usize = s.shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.f() * 0.04).collect();
+        m.insert(
+            s.key.clone(),
+            HostTensor::from_f32_as(s.dtype, s.shape.clone(), &v),
+        );
+    }
+    MemoryWeights(m)
+}
+
 fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
     let b = CudaBackend::new().map_err(|e| e.to_string())?;
     let dec = load(&arg(a, "decode")?)?;
-    let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?)).map_err(|e| e.to_string())?;
+    let wpath = arg(a, "weights")?;
+    let w: Box<dyn WeightSource> = if wpath == "random" {
+        Box::new(random_weights(&dec))
+    } else {
+        Box::new(SafetensorsFile::open(&PathBuf::from(wpath)).map_err(|e| e.to_string())?)
+    };
+    let w = w.as_ref();
     let repeat: usize = a.get("repeat").and_then(|s| s.parse().ok()).unwrap_or(30);
     let positions: Vec<usize> = arg(a, "positions")?
         .split(',')
         .filter_map(|s| s.parse().ok())
         .collect();
-    let mut x = prepare(&b, &dec, &w)?;
+    let mut x = prepare(&b, &dec, w)?;
     let mut st = x.new_state();
     let find = |n: &str| {
         dec.inputs
