@@ -632,7 +632,10 @@ impl Planner<'_> {
             // 32-bit index kernels (2-D grids) when the sizes fit, else the 64-bit ones.
             let small = cols < i32::MAX as usize && h * wd < i32::MAX as usize;
             let (im2col, im_grid) = if small {
-                ("k_im2col2", (cols.div_ceil(256).min(4096) as u32, kc.min(65535) as u32, 1))
+                (
+                    "k_im2col2",
+                    (cols.div_ceil(256).min(4096) as u32, kc.min(65535) as u32, 1),
+                )
             } else {
                 ("k_im2col", (grid_for(kc * cols), 1, 1))
             };
@@ -708,7 +711,10 @@ impl Planner<'_> {
                 }
             }
             let (epi, epi_grid) = if small {
-                ("k_conv_epilogue2", (cols.div_ceil(256).min(4096) as u32, og.min(65535) as u32, 1))
+                (
+                    "k_conv_epilogue2",
+                    (cols.div_ceil(256).min(4096) as u32, og.min(65535) as u32, 1),
+                )
             } else {
                 ("k_conv_epilogue", (grid_for(og * cols), 1, 1))
             };
