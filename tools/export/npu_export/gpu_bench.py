@@ -129,13 +129,15 @@ def qwen_rows(bin_dir: Path, npu: str, work: Path, bw: float, cc: bool, log: Pat
         ],
         log,
     )
-    wbytes = (d / "weights.safetensors").stat().st_size
-    floor = wbytes / (bw * 1e9) * 1e3
     # PyTorch: the same wrapper the IR comes from, static caches on the GPU.
     cfg = qwen.build_config("qwen2.5-1.5b", None)
     dt = torch.bfloat16
     torch.manual_seed(0)
     m = qwen.build_model(cfg, dt, None, meta=False)
+    # Bytes a step must read: every unique parameter once (the tied embedding / lm_head counts
+    # once; the weight file stores it under both names, so its size overstates the floor).
+    wbytes = sum(p.numel() * p.element_size() for p in m.parameters())
+    floor = wbytes / (bw * 1e9) * 1e3
     wrapper = qwen.make_wrapper(m).eval().cuda()
 
     def caches(max_len: int) -> tuple[torch.Tensor, ...]:
