@@ -5,8 +5,8 @@
 pub mod backend;
 pub mod cpu;
 pub mod dag;
-pub mod fallback;
 mod error;
+pub mod fallback;
 pub mod tensor;
 pub mod weights;
 
