@@ -14,7 +14,9 @@ use npu_compiler::program::{ConstValues, IoTensor, Kernel};
 use npu_compiler::Program;
 use npu_runtime::tensor::{cast_bytes, store_f32, store_i64};
 use npu_runtime::weights::{build_weight, check_sources, WeightSource};
-use npu_runtime::{DeviceState, Executable, HostTensor, Result, RuntimeError, StepTime};
+use npu_runtime::{
+    match_input, DeviceState, Executable, HostTensor, Result, RuntimeError, StepTime, StepTimes,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -36,7 +38,7 @@ pub struct CudaExecutable {
     graph: Option<Graph>,
     warm: bool,
     use_graph: bool,
-    step_ms: Vec<(f64, usize)>,
+    step_ms: StepTimes,
     provided: Vec<bool>,
     last_gpu_ms: f32,
 }
@@ -217,7 +219,7 @@ impl CudaExecutable {
             graph: None,
             warm: false,
             use_graph,
-            step_ms: Vec::new(),
+            step_ms: StepTimes::default(),
             provided: vec![false; n_in],
             last_gpu_ms: 0.0,
         })
@@ -240,33 +242,7 @@ impl CudaExecutable {
     ) -> Result<Vec<u64>> {
         self.provided.iter_mut().for_each(|p| *p = false);
         for (name, t) in inputs {
-            let i = self
-                .program
-                .inputs
-                .iter()
-                .position(|x| x.name == *name)
-                .ok_or_else(|| RuntimeError::UnknownInput {
-                    name: name.to_string(),
-                    known: self
-                        .program
-                        .inputs
-                        .iter()
-                        .map(|x| x.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                })?;
-            let io = &self.program.inputs[i];
-            if t.shape() != io.shape.as_slice()
-                || !(t.dtype() == io.dtype || t.dtype() == io.storage)
-            {
-                return Err(RuntimeError::InputMismatch {
-                    name: io.name.clone(),
-                    expected_shape: io.shape.clone(),
-                    expected_dtype: io.dtype,
-                    found_shape: t.shape().to_vec(),
-                    found_dtype: t.dtype(),
-                });
-            }
+            let (i, io) = match_input(&self.program, name, t)?;
             let mut host;
             let bytes: &[u8] = if t.dtype() == io.storage {
                 t.bytes()
@@ -396,15 +372,13 @@ impl CudaExecutable {
 
     fn execute(&mut self) -> Result<()> {
         let stream = self.dev.cu_stream();
-        if !self.step_ms.is_empty() {
+        if self.step_ms.is_on() {
             Self::launch_kernel(&self.dev, &mut self.clear)?;
             for si in 0..self.steps.len() {
                 let t = Instant::now();
                 self.launch_step(si).map_err(|e| self.step_err(si, e))?;
                 self.sync()?;
-                let e = &mut self.step_ms[si];
-                e.0 += t.elapsed().as_secs_f64() * 1e3;
-                e.1 += 1;
+                self.step_ms.add(si, t.elapsed().as_secs_f64() * 1e3);
             }
             return Ok(());
         }
@@ -453,26 +427,11 @@ impl Executable for CudaExecutable {
     }
 
     fn set_profiling(&mut self, on: bool) {
-        self.step_ms = if on {
-            vec![(0.0, 0); self.program.steps.len()]
-        } else {
-            Vec::new()
-        };
+        self.step_ms.set(on, self.program.steps.len());
     }
 
     fn profile(&self) -> Vec<StepTime> {
-        self.step_ms
-            .iter()
-            .zip(&self.program.steps)
-            .enumerate()
-            .map(|(i, (&(total_ms, runs), s))| StepTime {
-                step: i,
-                kernel: s.kernel.kind(),
-                origin: s.origin.clone(),
-                total_ms,
-                runs,
-            })
-            .collect()
+        self.step_ms.report(&self.program)
     }
 
     fn run(

@@ -10,6 +10,7 @@
 use crate::error::{Result, RuntimeError};
 use crate::tensor::HostTensor;
 use crate::weights::WeightSource;
+use npu_compiler::program::IoTensor;
 use npu_compiler::Program;
 use std::any::Any;
 
@@ -33,6 +34,86 @@ pub struct StepTime {
     pub origin: String,
     pub total_ms: f64,
     pub runs: usize,
+}
+
+/// Per-step times accumulated while profiling is on: what every backend's
+/// [`Executable::set_profiling`] / [`Executable::profile`] keep. Empty (and free) when off.
+#[derive(Debug, Clone, Default)]
+pub struct StepTimes {
+    per_step: Vec<(f64, usize)>,
+}
+
+impl StepTimes {
+    /// Starts timing `steps` steps from zero, or stops.
+    pub fn set(&mut self, on: bool, steps: usize) {
+        self.per_step = if on {
+            vec![(0.0, 0); steps]
+        } else {
+            Vec::new()
+        };
+    }
+
+    pub fn is_on(&self) -> bool {
+        !self.per_step.is_empty()
+    }
+
+    /// Adds one run of `step` (ignored when off).
+    pub fn add(&mut self, step: usize, ms: f64) {
+        if let Some(e) = self.per_step.get_mut(step) {
+            e.0 += ms;
+            e.1 += 1;
+        }
+    }
+
+    /// The accumulated times, one entry per step of `program`.
+    pub fn report(&self, program: &Program) -> Vec<StepTime> {
+        self.per_step
+            .iter()
+            .zip(&program.steps)
+            .enumerate()
+            .map(|(i, (&(total_ms, runs), s))| StepTime {
+                step: i,
+                kernel: s.kernel.kind(),
+                origin: s.origin.clone(),
+                total_ms,
+                runs,
+            })
+            .collect()
+    }
+}
+
+/// Finds the program input called `name` and checks `t` against it: same shape, and the
+/// input's dtype or its storage dtype. Returns the input's index.
+pub fn match_input<'p>(
+    program: &'p Program,
+    name: &str,
+    t: &HostTensor,
+) -> Result<(usize, &'p IoTensor)> {
+    let i = program
+        .inputs
+        .iter()
+        .position(|x| x.name == name)
+        .ok_or_else(|| RuntimeError::UnknownInput {
+            name: name.to_string(),
+            known: program
+                .inputs
+                .iter()
+                .map(|x| x.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    let io = &program.inputs[i];
+    let dtype_ok = t.dtype() == io.dtype || t.dtype() == io.storage;
+    if t.shape() != io.shape.as_slice() || !dtype_ok {
+        return Err(RuntimeError::InputMismatch {
+            name: io.name.clone(),
+            expected_shape: io.shape.clone(),
+            expected_dtype: io.dtype,
+            found_shape: t.shape().to_vec(),
+            found_dtype: t.dtype(),
+        });
+    }
+    Ok((i, io))
 }
 
 /// A prepared program.

@@ -10,7 +10,9 @@ pub mod fallback;
 pub mod tensor;
 pub mod weights;
 
-pub use backend::{backend_by_name, Backend, DeviceState, Executable, StepTime};
+pub use backend::{
+    backend_by_name, match_input, Backend, DeviceState, Executable, StepTime, StepTimes,
+};
 pub use cpu::CpuBackend;
 pub use error::{Result, RuntimeError};
 pub use tensor::{read_safetensors, write_safetensors, HostTensor};

@@ -17,7 +17,7 @@ pub mod rope;
 pub mod softmax;
 pub mod view;
 
-use crate::backend::{Backend, DeviceState, Executable, StepTime};
+use crate::backend::{match_input, Backend, DeviceState, Executable, StepTime, StepTimes};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::{cast_bytes, store_f32, store_i64, HostTensor};
 use crate::weights::{build_weight, check_sources, WeightSource};
@@ -166,7 +166,7 @@ pub struct CpuExecutable {
     /// Base pointers of the input slots for the current run (reused, no allocation).
     input_ptrs: Vec<usize>,
     /// Per-step (total ms, runs) while profiling; empty when off.
-    step_ms: Vec<(f64, usize)>,
+    step_ms: StepTimes,
     provided: Vec<bool>,
 }
 
@@ -313,7 +313,7 @@ impl CpuExecutable {
             consts,
             arena,
             input_ptrs: vec![0; n_in],
-            step_ms: Vec::new(),
+            step_ms: StepTimes::default(),
             provided: vec![false; n_in],
         })
     }
@@ -325,32 +325,7 @@ impl CpuExecutable {
     fn bind_inputs(&mut self, inputs: &[(&str, &HostTensor)], state: &mut CpuState) -> Result<()> {
         self.provided.iter_mut().for_each(|p| *p = false);
         for (name, t) in inputs {
-            let i = self
-                .program
-                .inputs
-                .iter()
-                .position(|x| x.name == *name)
-                .ok_or_else(|| RuntimeError::UnknownInput {
-                    name: name.to_string(),
-                    known: self
-                        .program
-                        .inputs
-                        .iter()
-                        .map(|x| x.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                })?;
-            let io = &self.program.inputs[i];
-            let dtype_ok = t.dtype() == io.dtype || t.dtype() == io.storage;
-            if t.shape() != io.shape.as_slice() || !dtype_ok {
-                return Err(RuntimeError::InputMismatch {
-                    name: io.name.clone(),
-                    expected_shape: io.shape.clone(),
-                    expected_dtype: io.dtype,
-                    found_shape: t.shape().to_vec(),
-                    found_dtype: t.dtype(),
-                });
-            }
+            let (i, io) = match_input(&self.program, name, t)?;
             let dst = if self.is_state(i) {
                 &mut ensure_state(state, io)?.buf
             } else {
@@ -429,26 +404,11 @@ impl Executable for CpuExecutable {
     }
 
     fn set_profiling(&mut self, on: bool) {
-        self.step_ms = if on {
-            vec![(0.0, 0); self.program.steps.len()]
-        } else {
-            Vec::new()
-        };
+        self.step_ms.set(on, self.program.steps.len());
     }
 
     fn profile(&self) -> Vec<StepTime> {
-        self.step_ms
-            .iter()
-            .zip(&self.program.steps)
-            .enumerate()
-            .map(|(i, (&(total_ms, runs), s))| StepTime {
-                step: i,
-                kernel: s.kernel.kind(),
-                origin: s.origin.clone(),
-                total_ms,
-                runs,
-            })
-            .collect()
+        self.step_ms.report(&self.program)
     }
 
     fn run(
@@ -495,7 +455,7 @@ impl Executable for CpuExecutable {
                     strides: &b.strides,
                 });
             }
-            let started = (!self.step_ms.is_empty()).then(std::time::Instant::now);
+            let started = self.step_ms.is_on().then(std::time::Instant::now);
             exec_step(&step.kernel, &ins, &outs).map_err(|message| RuntimeError::Step {
                 step: si,
                 origin: step.origin.clone(),
@@ -503,9 +463,7 @@ impl Executable for CpuExecutable {
                 message,
             })?;
             if let Some(t) = started {
-                let e = &mut self.step_ms[si];
-                e.0 += t.elapsed().as_secs_f64() * 1e3;
-                e.1 += 1;
+                self.step_ms.add(si, t.elapsed().as_secs_f64() * 1e3);
             }
         }
         let mut result = Vec::new();
