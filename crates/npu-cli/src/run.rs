@@ -95,29 +95,39 @@ pub fn run(a: RunArgs) -> Result<()> {
     if let Some(p) = &a.outputs {
         write_safetensors(p, &all)?;
     }
-    let mut sorted = times.clone();
+    report(&a, "", prepare_ms, &times, &all);
+    if a.profile {
+        crate::profile::print(&a.program.display().to_string(), &exe.profile(), 10);
+    }
+    Ok(())
+}
+
+/// Prints the timing line (median, min and first of `times`), the outputs and where they went.
+pub fn report(
+    a: &RunArgs,
+    what: &str,
+    prepare_ms: f64,
+    times: &[f64],
+    outputs: &[(String, HostTensor)],
+) {
+    let mut sorted = times.to_vec();
     sorted.sort_by(|a, b| a.total_cmp(b));
-    let median = sorted[sorted.len() / 2];
     say!(
-        "ran {} on {}: prepare {:.1} ms; {} run(s): median {:.3} ms, min {:.3} ms, first {:.3} ms",
+        "ran {} on {}{what}: prepare {:.1} ms; {} run(s): median {:.3} ms, min {:.3} ms, first {:.3} ms",
         a.program.display(),
         a.backend,
         prepare_ms,
         times.len(),
-        median,
+        sorted[sorted.len() / 2],
         sorted[0],
         times[0]
     );
-    for (n, t) in &all {
+    for (n, t) in outputs {
         say!("  output {n} {}{:?}", t.dtype(), t.shape());
     }
     if let Some(p) = &a.outputs {
         say!("wrote {}", p.display());
     }
-    if a.profile {
-        crate::profile::print(&a.program.display().to_string(), &exe.profile(), 10);
-    }
-    Ok(())
 }
 
 /// The tensor for input `name` in an inputs file (also accepted as `input.NAME`, the

@@ -2,7 +2,7 @@
 //! and run the mix (CPU partitions on the fallback interpreter) through the DAG executor.
 
 use crate::backends::backend_by_name;
-use crate::run::{find_input, open_weights, RunArgs};
+use crate::run::{find_input, open_weights, report, RunArgs};
 use anyhow::{bail, Context, Result};
 use npu_compiler::partition::{partition, place_for_target, Device};
 use npu_compiler::{CompileOptions, Target};
@@ -84,24 +84,7 @@ pub fn run(a: RunArgs, g: GraphArgs) -> Result<()> {
     if let Some(p) = &a.outputs {
         write_safetensors(p, &all)?;
     }
-    let mut sorted = times.clone();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    say!(
-        "ran {} on {} (+ cpu fallback): prepare {:.1} ms; {} run(s): median {:.3} ms, min {:.3} ms, first {:.3} ms",
-        a.program.display(),
-        a.backend,
-        prepare_ms,
-        times.len(),
-        sorted[sorted.len() / 2],
-        sorted[0],
-        times[0]
-    );
-    for (n, t) in &all {
-        say!("  output {n} {}{:?}", t.dtype(), t.shape());
-    }
-    if let Some(p) = &a.outputs {
-        say!("wrote {}", p.display());
-    }
+    report(&a, " (+ cpu fallback)", prepare_ms, &times, &all);
     if a.profile {
         let stats = dag.stats();
         let plan = dag.plan();
