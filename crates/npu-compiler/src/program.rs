@@ -352,6 +352,76 @@ pub struct ConstSlot {
     pub values: ConstValues,
 }
 
+/// The dimensions of a [`Kernel::Conv2d`] step, after checking its operand shapes against
+/// the contract: x [N,C,H,W], w [O,C/groups,kh,kw], optional bias [O], out [N,O,OH,OW] with
+/// OH/OW given by the stride/padding/dilation arithmetic. Every backend derives its loop
+/// bounds from this one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvDims {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    /// Input channels per group.
+    pub cg: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub groups: usize,
+}
+
+impl ConvDims {
+    /// Checks the shapes of x, w, the bias (if bound) and out.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check(
+        x: &[usize],
+        w: &[usize],
+        bias: Option<&[usize]>,
+        out: &[usize],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Result<ConvDims, String> {
+        let (&[n, c, h, wd], &[o, cg, kh, kw], &[on, oc, oh, ow]) = (x, w, out) else {
+            return Err(format!(
+                "expects x [N,C,H,W], w [O,C/g,kh,kw], out [N,O,OH,OW]; got {x:?}, {w:?}, {out:?}"
+            ));
+        };
+        let g = groups.max(1);
+        if c != cg * g || o % g != 0 || on != n || oc != o || stride.contains(&0) {
+            return Err(format!(
+                "x {x:?}, w {w:?}, groups {g}, out {out:?} do not agree"
+            ));
+        }
+        let eh = (h + 2 * padding[0]).checked_sub(dilation[0] * (kh.max(1) - 1) + 1);
+        let ew = (wd + 2 * padding[1]).checked_sub(dilation[1] * (kw.max(1) - 1) + 1);
+        if eh.map(|e| e / stride[0] + 1) != Some(oh) || ew.map(|e| e / stride[1] + 1) != Some(ow) {
+            return Err(format!("output {out:?} does not match the conv arithmetic"));
+        }
+        if let Some(b) = bias {
+            if b.iter().product::<usize>() != o {
+                return Err(format!("bias {b:?} is not [{o}]"));
+            }
+        }
+        Ok(ConvDims {
+            n,
+            c,
+            h,
+            w: wd,
+            o,
+            cg,
+            kh,
+            kw,
+            oh,
+            ow,
+            groups: g,
+        })
+    }
+}
+
 /// A compiled program.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Program {

@@ -4,6 +4,7 @@
 use super::gemm::{epilogue, matmul, Mat};
 use super::view::{with_scratch, SendPtr, View};
 use npu_compiler::expr::unary;
+use npu_compiler::program::ConvDims;
 use npu_ir::UnaryOp;
 use rayon::prelude::*;
 
@@ -25,36 +26,28 @@ pub fn conv2d(
     bias: Option<&View>,
     out: &View,
 ) -> Result<(), String> {
-    if x.rank() != 4 || w.rank() != 4 || out.rank() != 4 {
-        return Err(format!(
-            "expects x [N,C,H,W], w [O,C/g,kh,kw], out [N,O,OH,OW]; got {:?}, {:?}, {:?}",
-            x.shape, w.shape, out.shape
-        ));
-    }
-    let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-    let (o, cg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
-    let (oh, ow) = (out.shape[2], out.shape[3]);
-    let g = p.groups.max(1);
-    if c != cg * g || o % g != 0 || out.shape[0] != n || out.shape[1] != o || p.stride.contains(&0)
-    {
-        return Err(format!(
-            "x {:?}, w {:?}, groups {g}, out {:?} do not agree",
-            x.shape, w.shape, out.shape
-        ));
-    }
-    let eh = (h + 2 * p.padding[0]).checked_sub(p.dilation[0] * (kh.max(1) - 1) + 1);
-    let ew = (wd + 2 * p.padding[1]).checked_sub(p.dilation[1] * (kw.max(1) - 1) + 1);
-    if eh.map(|e| e / p.stride[0] + 1) != Some(oh) || ew.map(|e| e / p.stride[1] + 1) != Some(ow) {
-        return Err(format!(
-            "output {:?} does not match the conv arithmetic",
-            out.shape
-        ));
-    }
-    if let Some(b) = bias {
-        if b.numel() != o {
-            return Err(format!("bias {:?} is not [{o}]", b.shape));
-        }
-    }
+    let ConvDims {
+        n,
+        h,
+        w: wd,
+        o,
+        cg,
+        kh,
+        kw,
+        oh,
+        ow,
+        groups: g,
+        ..
+    } = ConvDims::check(
+        x.shape,
+        w.shape,
+        bias.map(|b| b.shape),
+        out.shape,
+        p.stride,
+        p.padding,
+        p.dilation,
+        p.groups,
+    )?;
     let og = o / g;
     let kc = cg * kh * kw;
     let pix = oh * ow;
