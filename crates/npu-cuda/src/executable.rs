@@ -15,7 +15,8 @@ use npu_compiler::Program;
 use npu_runtime::tensor::{cast_bytes, store_f32, store_i64};
 use npu_runtime::weights::{build_weight, check_sources, WeightSource};
 use npu_runtime::{
-    match_input, DeviceState, Executable, HostTensor, Result, RuntimeError, StepTime, StepTimes,
+    downcast_state, match_input, DeviceState, Executable, HostTensor, Result, RuntimeError,
+    StepTime, StepTimes,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -439,13 +440,7 @@ impl Executable for CudaExecutable {
         inputs: &[(&str, &HostTensor)],
         state: &mut dyn DeviceState,
     ) -> Result<Vec<(String, HostTensor)>> {
-        let state = state
-            .as_any_mut()
-            .downcast_mut::<CudaState>()
-            .ok_or_else(|| RuntimeError::State {
-                name: String::new(),
-                message: "the state belongs to another backend".into(),
-            })?;
+        let state = downcast_state::<CudaState>(state)?;
         self.dev.bind()?;
         let ptrs = self.upload_inputs(inputs, state)?;
         if self.bound.as_ref() != Some(&ptrs) {

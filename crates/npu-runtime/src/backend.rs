@@ -82,6 +82,18 @@ impl StepTimes {
     }
 }
 
+/// The backend's own state type behind `state`, or an error when the state was made by
+/// another backend.
+pub fn downcast_state<T: DeviceState>(state: &mut dyn DeviceState) -> Result<&mut T> {
+    state
+        .as_any_mut()
+        .downcast_mut::<T>()
+        .ok_or_else(|| RuntimeError::State {
+            name: String::new(),
+            message: "the state belongs to another backend".into(),
+        })
+}
+
 /// Finds the program input called `name` and checks `t` against it: same shape, and the
 /// input's dtype or its storage dtype. Returns the input's index.
 pub fn match_input<'p>(

@@ -11,7 +11,8 @@ pub mod tensor;
 pub mod weights;
 
 pub use backend::{
-    backend_by_name, match_input, Backend, DeviceState, Executable, StepTime, StepTimes,
+    backend_by_name, downcast_state, match_input, Backend, DeviceState, Executable, StepTime,
+    StepTimes,
 };
 pub use cpu::CpuBackend;
 pub use error::{Result, RuntimeError};

@@ -17,7 +17,9 @@ pub mod rope;
 pub mod softmax;
 pub mod view;
 
-use crate::backend::{match_input, Backend, DeviceState, Executable, StepTime, StepTimes};
+use crate::backend::{
+    downcast_state, match_input, Backend, DeviceState, Executable, StepTime, StepTimes,
+};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::{cast_bytes, store_f32, store_i64, HostTensor};
 use crate::weights::{build_weight, check_sources, WeightSource};
@@ -416,13 +418,7 @@ impl Executable for CpuExecutable {
         inputs: &[(&str, &HostTensor)],
         state: &mut dyn DeviceState,
     ) -> Result<Vec<(String, HostTensor)>> {
-        let state = state
-            .as_any_mut()
-            .downcast_mut::<CpuState>()
-            .ok_or_else(|| RuntimeError::State {
-                name: String::new(),
-                message: "the state belongs to another backend".into(),
-            })?;
+        let state = downcast_state::<CpuState>(state)?;
         self.bind_inputs(inputs, state)?;
         let n_steps = self.program.steps.len();
         let mut ins: Vec<View> = Vec::with_capacity(8);
