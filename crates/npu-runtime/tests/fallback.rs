@@ -40,15 +40,21 @@ fn max_abs(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-#[test]
-fn bert_tiny_matches_pytorch() {
+/// The bert-tiny fixture: graph, weights and reference I/O.
+fn bert_tiny() -> (npu_ir::Graph, SafetensorsFile, HashMap<String, HostTensor>) {
     let dir = fixtures().join("bert-tiny");
     let graph = npu_ir::load(&dir.join("model.ir.json")).unwrap();
     let weights = SafetensorsFile::open(&dir.join("weights.safetensors")).unwrap();
-    let io: HashMap<String, HostTensor> = read_safetensors(&dir.join("io.safetensors"))
+    let io = read_safetensors(&dir.join("io.safetensors"))
         .unwrap()
         .into_iter()
         .collect();
+    (graph, weights, io)
+}
+
+#[test]
+fn bert_tiny_matches_pytorch() {
+    let (graph, weights, io) = bert_tiny();
     let names = ["input_ids", "attention_mask", "token_type_ids"];
     let inputs: Vec<(&str, &HostTensor)> = names
         .iter()
@@ -331,13 +337,7 @@ fn eval_node_checks_output_metadata() {
 
 #[test]
 fn run_nodes_in_parts_matches_run_graph() {
-    let dir = fixtures().join("bert-tiny");
-    let graph = npu_ir::load(&dir.join("model.ir.json")).unwrap();
-    let weights = SafetensorsFile::open(&dir.join("weights.safetensors")).unwrap();
-    let io: HashMap<String, HostTensor> = read_safetensors(&dir.join("io.safetensors"))
-        .unwrap()
-        .into_iter()
-        .collect();
+    let (graph, weights, io) = bert_tiny();
     let mut env = ValueEnv::new();
     for id in &graph.inputs {
         let name = &graph.value(*id).name;

@@ -9,27 +9,25 @@ use super::Args;
 use crate::tensor::HostTensor;
 use npu_ir::{BinaryOp, CompareOp, LogicOp, Op, TensorType, UnaryOp};
 
-/// Input `i` broadcast to `out`, as f64.
-fn bcast_f64(t: &HostTensor, out: &TensorType) -> R<Vec<f64>> {
-    let v = f64s(t);
-    if t.shape() == out.shape.as_slice() {
+/// `v` (the values of a tensor of shape `from`) broadcast to `out`.
+fn bcast<T: Copy>(v: Vec<T>, from: &[usize], out: &TensorType) -> R<Vec<T>> {
+    if from == out.shape.as_slice() {
         return Ok(v);
     }
-    Ok(broadcast_map(t.shape(), &out.shape)?
+    Ok(broadcast_map(from, &out.shape)?
         .into_iter()
         .map(|i| v[i])
         .collect())
 }
 
+/// A tensor broadcast to `out`, as f64.
+fn bcast_f64(t: &HostTensor, out: &TensorType) -> R<Vec<f64>> {
+    bcast(f64s(t), t.shape(), out)
+}
+
+/// A tensor broadcast to `out`, as i64.
 fn bcast_i64(t: &HostTensor, out: &TensorType) -> R<Vec<i64>> {
-    let v = i64s(t);
-    if t.shape() == out.shape.as_slice() {
-        return Ok(v);
-    }
-    Ok(broadcast_map(t.shape(), &out.shape)?
-        .into_iter()
-        .map(|i| v[i])
-        .collect())
+    bcast(i64s(t), t.shape(), out)
 }
 
 pub fn gelu(x: f64) -> f64 {
