@@ -217,9 +217,9 @@ pub fn partition(graph: &Graph, placements: Vec<Placement>) -> PartitionPlan {
         graph.nodes.len(),
         "one placement per node"
     );
-    let runs = schedule(graph, &placements);
     let producers = graph.producers();
     let users = graph.users();
+    let runs = schedule(graph, &producers, &placements);
     let mut part_of = vec![usize::MAX; graph.nodes.len()];
     for (pid, (_, nodes)) in runs.iter().enumerate() {
         for &n in nodes {
@@ -298,26 +298,14 @@ pub fn partition(graph: &Graph, placements: Vec<Placement>) -> PartitionPlan {
 
 /// The better of the two greedy schedules (starting on either device): fewest runs, then
 /// the NPU start.
-fn schedule(graph: &Graph, placements: &[Placement]) -> Vec<(Device, Vec<usize>)> {
-    let npu_first = schedule_from(graph, placements, Device::Npu);
-    let cpu_first = schedule_from(graph, placements, Device::Cpu);
-    if cpu_first.len() < npu_first.len() {
-        cpu_first
-    } else {
-        npu_first
-    }
-}
-
-/// A topological order that starts on `start` and switches device only when the current
-/// device has no ready node; returns its same-device runs. Among ready nodes the IR order
-/// decides.
-fn schedule_from(
+fn schedule(
     graph: &Graph,
+    producers: &[Option<(usize, usize)>],
     placements: &[Placement],
-    start: Device,
 ) -> Vec<(Device, Vec<usize>)> {
+    // Node-level dependencies: how many distinct producers each node waits for, and who
+    // waits for each node.
     let n = graph.nodes.len();
-    let producers = graph.producers();
     let mut waiting = vec![0usize; n];
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (j, node) in graph.nodes.iter().enumerate() {
@@ -333,6 +321,25 @@ fn schedule_from(
             dependents[d].push(j);
         }
     }
+    let npu_first = schedule_from(placements, &dependents, waiting.clone(), Device::Npu);
+    let cpu_first = schedule_from(placements, &dependents, waiting, Device::Cpu);
+    if cpu_first.len() < npu_first.len() {
+        cpu_first
+    } else {
+        npu_first
+    }
+}
+
+/// A topological order that starts on `start` and switches device only when the current
+/// device has no ready node; returns its same-device runs. Among ready nodes the IR order
+/// decides.
+fn schedule_from(
+    placements: &[Placement],
+    dependents: &[Vec<usize>],
+    mut waiting: Vec<usize>,
+    start: Device,
+) -> Vec<(Device, Vec<usize>)> {
+    let n = waiting.len();
     let mut ready: [BinaryHeap<Reverse<usize>>; 2] = [BinaryHeap::new(), BinaryHeap::new()];
     for j in 0..n {
         if waiting[j] == 0 {

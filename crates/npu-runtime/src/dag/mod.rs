@@ -100,6 +100,12 @@ impl DagExecutor {
         let mut preloaded = HashSet::new();
         let mut state_outputs = HashMap::new();
         let mut state_inputs = HashSet::new();
+        // Values some partition reads from another one.
+        let read_across: HashSet<ValueId> = plan
+            .partitions
+            .iter()
+            .flat_map(|p| p.inputs.iter().copied())
+            .collect();
         for p in &plan.partitions {
             match p.device {
                 Device::Npu => {
@@ -114,7 +120,7 @@ impl DagExecutor {
                         )
                     })?;
                     let (inputs, outputs) =
-                        bind_program(&graph, p.id, &p.inputs, &p.outputs, &program)?;
+                        bind_program(&graph, &read_across, p.id, &p.inputs, &p.outputs, &program)?;
                     for o in &outputs {
                         if let Some(s) = &o.state {
                             state_inputs.insert(s.clone());
@@ -420,12 +426,12 @@ fn lookup<'a>(
 /// Matches a compiled partition's program I/O (by name) to the graph's values.
 fn bind_program(
     graph: &Graph,
+    read_across: &HashSet<ValueId>,
     partition: usize,
     inputs: &[ValueId],
     outputs: &[ValueId],
     program: &Program,
 ) -> Result<(Vec<NamedValue>, Vec<PartOutput>)> {
-    let users = graph.users();
     let find = |set: &[ValueId], name: &str, what: &str| {
         set.iter()
             .copied()
@@ -447,21 +453,16 @@ fn bind_program(
         .outputs
         .iter()
         .map(|o| {
+            let value = find(outputs, &o.name, "output")?;
             Ok(PartOutput {
-                value: find(outputs, &o.name, "output")?,
+                value,
                 state: o
                     .donates_input
                     .map(|i| program.inputs[i as usize].name.clone()),
-                read_later: false,
+                read_later: read_across.contains(&value),
             })
         })
-        .collect::<Result<Vec<PartOutput>>>()?
-        .into_iter()
-        .map(|mut o| {
-            o.read_later = !users[o.value.idx()].is_empty();
-            o
-        })
-        .collect();
+        .collect::<Result<Vec<PartOutput>>>()?;
     Ok((ins, outs))
 }
 
