@@ -42,21 +42,7 @@ def resnet(
 
     d = g.export(model, work / f"{model}-b{batch}", ["--batch", str(batch)], log)
     prog = g.compile_program(npu, d / "model.ir.json", d / "f16.npubin", "f16", log)
-    t = g.sh_json(
-        [
-            str(bin_dir / "npu-cuda-bench"),
-            "time",
-            "--program",
-            str(prog),
-            "--weights",
-            str(d / "weights.safetensors"),
-            "--io",
-            str(d / "io.safetensors"),
-            "--repeat",
-            "50",
-        ],
-        log,
-    )
+    t = g.time_program(bin_dir, prog, d, 50, log)
     build, _ = vision.MODELS[model]
     net = build().eval().half().cuda()
     x = (
@@ -112,23 +98,7 @@ def qwen_rows(bin_dir: Path, npu: str, work: Path, bw: float, cc: bool, log: Pat
     ours_32k = g.sh_json(
         [bench, "decode-at", "--decode", str(dec32), "--weights", w, "--positions", "32000"], log
     )
-    ours_pre = g.sh_json(
-        [
-            bench,
-            "time",
-            "--program",
-            str(pre),
-            "--weights",
-            w,
-            "--io",
-            str(d / "io.safetensors"),
-            "--prefix",
-            "prefill.input.",
-            "--repeat",
-            "20",
-        ],
-        log,
-    )
+    ours_pre = g.time_program(bin_dir, pre, d, 20, log, prefix="prefill.input.")
     # PyTorch: the same wrapper the IR comes from, static caches on the GPU.
     cfg = qwen.build_config("qwen2.5-1.5b", None)
     dt = torch.bfloat16

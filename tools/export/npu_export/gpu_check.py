@@ -55,23 +55,7 @@ def resnet_rows(bin_dir: Path, npu: str, work: Path, model: str, log: Path) -> l
     d = g.export(model, work / f"{model}-b1", ["--batch", "1"], log)
     prog = g.compile_program(npu, d / "model.ir.json", d / "f16.npubin", "f16", log)
     ours_file = d / "cuda-out.safetensors"
-    g.sh_json(
-        [
-            str(bin_dir / "npu-cuda-bench"),
-            "time",
-            "--program",
-            str(prog),
-            "--weights",
-            str(d / "weights.safetensors"),
-            "--io",
-            str(d / "io.safetensors"),
-            "--repeat",
-            "5",
-            "--out",
-            str(ours_file),
-        ],
-        log,
-    )
+    g.time_program(bin_dir, prog, d, 5, log, out=ours_file)
     ours = next(iter(load_file(str(ours_file)).values())).float().cpu()
     io = load_file(str(d / "io.safetensors"))
     x = next(v for k, v in io.items() if k.startswith("input."))

@@ -43,6 +43,36 @@ def compile_program(npu: str, ir: Path, out: Path, dtype: str, log: Path | None 
     return out
 
 
+def time_program(
+    bin_dir: Path,
+    prog: Path,
+    export_dir: Path,
+    repeat: int,
+    log: Path | None = None,
+    prefix: str | None = None,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    """``npu-cuda-bench time``: runs PROG on the export's weights and reference inputs (keys
+    under PREFIX), returns its JSON timings; OUT receives the outputs."""
+    cmd = [
+        str(bin_dir / "npu-cuda-bench"),
+        "time",
+        "--program",
+        str(prog),
+        "--weights",
+        str(export_dir / "weights.safetensors"),
+        "--io",
+        str(export_dir / "io.safetensors"),
+        "--repeat",
+        str(repeat),
+    ]
+    if prefix is not None:
+        cmd += ["--prefix", prefix]
+    if out is not None:
+        cmd += ["--out", str(out)]
+    return sh_json(cmd, log)
+
+
 def cuda_ms(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
     """Median CUDA-event time of fn() in ms."""
     for _ in range(warmup):
