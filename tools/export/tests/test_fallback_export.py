@@ -20,6 +20,23 @@ from npu_export import cli  # noqa: E402
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 
 
+def assert_reproduced(key: str, fresh: torch.Tensor, committed: torch.Tensor, ulps: int) -> None:
+    """Inputs and integer/bool results are seeded and must match bit for bit. Float results of
+    reductions (matmul, conv) depend on the CPU's kernel (AVX-512 vs AVX2, AMX): the fixtures were
+    written on one machine type and CI runs on others, so those match to float rounding only."""
+    assert fresh.dtype == committed.dtype and fresh.shape == committed.shape, key
+    if ".input." in key or key.startswith("input.") or not fresh.is_floating_point():
+        assert torch.equal(fresh, committed), key
+        return
+    a, b = fresh.double(), committed.double()
+    assert torch.equal(a.isnan(), b.isnan()), key
+    finite = ~a.isnan()
+    # `ulps` units of the dtype's epsilon, relative to the tensor's magnitude
+    eps = torch.finfo(fresh.dtype).eps
+    scale = b[finite].abs().max().item() if finite.any() else 0.0
+    assert (a[finite] - b[finite]).abs().max().item() <= ulps * eps * max(scale, 1.0), key
+
+
 def test_bert_tiny_export_is_reproducible(tmp_path: Path) -> None:
     assert cli.main(["bert-tiny", "--out", str(tmp_path)]) == 0
     ir = json.loads((tmp_path / "model.ir.json").read_text())
@@ -33,7 +50,8 @@ def test_bert_tiny_export_is_reproducible(tmp_path: Path) -> None:
     committed = load_file(FIXTURES / "bert-tiny" / "io.safetensors")
     assert set(io) == set(committed)
     for k, v in io.items():
-        assert torch.equal(v, committed[k]), k
+        # two transformer layers compound the per-op rounding differences
+        assert_reproduced(k, v, committed[k], ulps=64)
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["verify"]["torch_ir_executor_max_abs_diff"] < 1e-4
 
@@ -59,7 +77,7 @@ def test_fallback_refs_cover_every_case(refs_dir: Path) -> None:
     committed = load_file(FIXTURES / "fallback" / "refs.safetensors")
     assert set(refs) == set(committed)
     for k, v in refs.items():
-        assert torch.equal(v, committed[k]), k
+        assert_reproduced(k, v, committed[k], ulps=2)
 
 
 def test_fallback_ref_inputs_are_never_all_zero(refs_dir: Path) -> None:
