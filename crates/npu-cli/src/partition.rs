@@ -3,11 +3,15 @@
 use anyhow::Result;
 use npu_compiler::partition::{partition, place_for_target};
 use npu_compiler::Target;
+use npu_runtime::dag::unrunnable;
 use std::path::Path;
+use std::process::ExitCode;
 
-pub fn show(model: &Path, target: &Target, force_cpu: &[String], json: bool) -> Result<()> {
+/// Prints the plan; fails (exit code 1) naming every node nobody can run.
+pub fn show(model: &Path, target: &Target, force_cpu: &[String], json: bool) -> Result<ExitCode> {
     let graph = npu_ir::load(model)?;
     let plan = partition(&graph, place_for_target(&graph, target, force_cpu));
+    let nowhere = unrunnable(&graph, &plan.placements);
     if json {
         say!(
             "{}",
@@ -16,7 +20,18 @@ pub fn show(model: &Path, target: &Target, force_cpu: &[String], json: bool) -> 
     } else {
         crate::out::write(format_args!("{}", plan.to_text(&graph)));
     }
-    Ok(())
+    // with --json the list goes to stderr so stdout stays one JSON document
+    if !nowhere.is_empty() {
+        if json {
+            for u in &nowhere {
+                eprintln!("cannot run: {u}");
+            }
+        } else {
+            crate::check::report_unrunnable(model, target, &nowhere);
+        }
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The plan with value and node names instead of ids.

@@ -69,15 +69,44 @@ fn check_passes_real_models_and_lists_violations() {
     let o = npu(&["check", &fixture("resnet18/model.ir.json")]);
     assert!(o.status.success());
     assert!(text(&o.stdout).contains("nodes fit target 'npu'"));
+    // an op nobody runs: exit 1, naming the node, the op and both reasons
     let bad = tmp("unsupported.ir.json");
     let ir = std::fs::read_to_string(fixture("mlp/model.ir.json"))
         .unwrap()
-        .replace("aten.gelu.default", "aten.erfinv.default");
+        .replace("aten.gelu.default", "aten.stft.default");
     std::fs::write(&bad, ir).unwrap();
     let o = npu(&["check", &bad]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o.stdout).contains("1 violation(s)"));
-    assert!(text(&o.stdout).contains("op 'aten.erfinv.default' has no NPU lowering"));
+    let s = text(&o.stdout);
+    assert!(
+        s.contains("1 node(s) can run neither on target 'npu' nor on the CPU fallback"),
+        "{s}"
+    );
+    assert!(s.contains("node 'gelu' (aten.stft.default)"), "{s}");
+    assert!(
+        s.contains("op 'aten.stft.default' has no NPU lowering"),
+        "{s}"
+    );
+    assert!(s.contains("not supported by the CPU fallback"), "{s}");
+    // with --target cpu the reasons do not speak of an NPU
+    let o = npu(&["check", &bad, "--target", "cpu"]);
+    assert_eq!(o.status.code(), Some(1));
+    let s = text(&o.stdout);
+    assert!(!s.contains("NPU"), "{s}");
+    assert!(s.contains("no compiled lowering for target 'cpu'"), "{s}");
+    // and `npu partition` refuses the same graph, naming the node
+    let o = npu(&["partition", &bad]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stdout).contains("node 'gelu' (aten.stft.default)"));
+}
+
+#[test]
+fn check_accepts_graphs_that_fall_back() {
+    let o = npu(&["check", &fixture("bert-tiny/model.ir.json")]);
+    assert!(o.status.success(), "{}", text(&o.stdout));
+    let s = text(&o.stdout);
+    assert!(s.contains("on the CPU fallback:"), "{s}");
+    assert!(s.contains("node 'arange' (aten.arange.default)"), "{s}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Targets: what an NPU supports. One source of truth, queried per node.
 
 use crate::graph::{CNode, FusedOp, Op};
-use npu_ir::{DType, Graph, Node, Op as IrOp};
+use npu_ir::{DType, Graph, Node, Op as IrOp, ValueKind};
 
 /// A compilation target.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +55,7 @@ impl Target {
     /// `None`. Exhaustive over [`IrOp`], so every new op needs a decision here.
     pub fn ir_op_unsupported(&self, op: &IrOp) -> Option<String> {
         match op {
-            IrOp::Unknown { op_type, .. } => Some(format!("op '{op_type}' has no NPU lowering")),
+            IrOp::Unknown { op_type, .. } => Some(self.no_lowering(&format!("op '{op_type}'"))),
             IrOp::Conv2d { dilation, .. } if !self.conv_dilation && *dilation != [1, 1] => {
                 Some(format!("conv2d with dilation {dilation:?}"))
             }
@@ -124,7 +124,18 @@ impl Target {
             | IrOp::LeakyRelu { .. }
             | IrOp::LogSoftmax { .. }
             | IrOp::UpsampleNearest2d { .. }
-            | IrOp::Index { .. } => Some(format!("{} has no NPU lowering", op.name())),
+            | IrOp::Index { .. }
+            | IrOp::Ext(_) => Some(self.no_lowering(&op.name())),
+        }
+    }
+
+    /// "`what` has no NPU lowering", worded for this target (the CPU target compiles too,
+    /// so its messages do not speak of an NPU).
+    fn no_lowering(&self, what: &str) -> String {
+        if self.name == NPU.name {
+            format!("{what} has no NPU lowering")
+        } else {
+            format!("{what} has no compiled lowering for target '{}'", self.name)
         }
     }
 
@@ -208,6 +219,16 @@ pub fn operand_reason<O>(op: &IrOp, node: &Node<O>, graph: &Graph<O>) -> Option<
                 shape(0)
             ))
         }
+        // BN folds its statistics into weights at load time: they must be weights
+        IrOp::BatchNorm { .. } => node.inputs.iter().skip(1).find_map(|v| {
+            let val = graph.value(*v);
+            (!matches!(val.kind, ValueKind::Weight { .. } | ValueKind::Constant(_))).then(|| {
+                format!(
+                    "batch_norm whose parameter '{}' is computed, not a weight",
+                    val.name
+                )
+            })
+        }),
         IrOp::Linear if shape(1).len() != 2 => Some(format!("linear with a {:?} weight", shape(1))),
         IrOp::Matmul if shape(0).is_empty() || shape(1).is_empty() => {
             Some("matmul of a 0-d tensor".into())
@@ -288,6 +309,28 @@ mod tests {
             let r = reason(name).unwrap_or_else(|| panic!("{name} should be unsupported"));
             assert!(r.contains("integer add"), "{name}: {r}");
         }
+    }
+
+    #[test]
+    fn batch_norm_with_computed_statistics_falls_back() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/fallback/bn_stats_inputs.ir.json");
+        let g = npu_ir::load(&p).unwrap();
+        let bn = g
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, IrOp::BatchNorm { .. }))
+            .unwrap();
+        let r = NPU.ir_node_unsupported(bn, &g).unwrap();
+        assert!(r.contains("computed, not a weight"), "{r}");
+    }
+
+    #[test]
+    fn cpu_target_messages_do_not_speak_of_an_npu() {
+        let g = bert();
+        let n = g.nodes.iter().find(|n| n.name == "arange").unwrap();
+        let r = CPU.ir_node_unsupported(n, &g).unwrap();
+        assert!(!r.contains("NPU") && r.contains("target 'cpu'"), "{r}");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod attrs;
 mod dtype;
 mod error;
+mod ext;
 mod graph;
 mod json;
 mod op;
@@ -16,6 +17,9 @@ mod op;
 pub use attrs::Scalar;
 pub use dtype::DType;
 pub use error::IrError;
+pub use ext::{
+    base_name, ExtOp, GridPadding, IntOp, Interp, PadMode, Reduction, Window, DATA_DEPENDENT,
+};
 pub use graph::{
     ConstData, Graph, Node, NodeId, TensorType, Value, ValueId, ValueKind, WeightInfo,
 };

@@ -2,6 +2,7 @@
 //! `torch.export` dropped because they equalled their default.
 
 use crate::attrs::{Attrs, Scalar};
+use crate::ext::ExtOp;
 use crate::{DType, IrError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
@@ -323,6 +324,9 @@ pub enum Op {
     Index {
         indexed: Vec<bool>,
     },
+    /// The extended opset (sorting, scatter, N-d pooling, resampling, padding, ...): CPU
+    /// fallback ops, typed in `ext.rs`.
+    Ext(ExtOp),
     /// Any op this crate does not type, kept by name for the partitioner.
     Unknown {
         op_type: String,
@@ -812,31 +816,19 @@ impl Op {
                 };
                 Op::UpsampleNearest2d { scales }
             }
-            ("index", "Tensor") => {
-                let present: Vec<bool> = match a.map.get("_tensor_list_none_masks") {
-                    Some(Json::Array(lists)) if !lists.is_empty() => match &lists[0] {
-                        // torch_ir records `True` for a None entry
-                        Json::Array(m) => m.iter().map(|b| b.as_bool() != Some(true)).collect(),
-                        _ => {
-                            return Err(a.err("_tensor_list_none_masks", "expected a list of bools"))
-                        }
-                    },
-                    _ => vec![true; n_inputs.saturating_sub(1)],
-                };
-                if present.iter().filter(|p| **p).count() + 1 != n_inputs {
-                    return Err(bad(
-                        node,
-                        op_type,
-                        format!(
-                            "index: {} index tensors declared, {} inputs",
-                            present.len(),
-                            n_inputs
-                        ),
-                    ));
-                }
-                Op::Index { indexed: present }
-            }
-            _ => unknown(),
+            ("index", "Tensor") => Op::Index {
+                indexed: index_mask(&a, n_inputs.saturating_sub(1))?,
+            },
+            ("fill", "Scalar") => Op::FullLike {
+                value: a
+                    .scalar("value")?
+                    .ok_or_else(|| a.err("value", "required attribute is missing"))?
+                    .as_f64(),
+            },
+            _ => match crate::ext::parse(&a, name, overload, n_inputs)? {
+                Some(e) => Op::Ext(e),
+                None => unknown(),
+            },
         };
         Ok((op, inplace))
     }
@@ -848,6 +840,7 @@ impl Op {
             Op::Binary { op, .. } => op.name().to_string(),
             Op::BinaryScalar { op, .. } => format!("{}_scalar", op.name()),
             Op::Unknown { op_type, .. } => op_type.clone(),
+            Op::Ext(e) => e.name(),
             other => {
                 let dbg = format!("{other:?}");
                 let head = dbg
@@ -879,7 +872,7 @@ fn min_max(name: &str) -> MinMax {
     }
 }
 
-fn to_snake(s: &str) -> String {
+pub(crate) fn to_snake(s: &str) -> String {
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
         if c.is_ascii_uppercase() && i > 0 {
@@ -888,6 +881,28 @@ fn to_snake(s: &str) -> String {
         out.push(c.to_ascii_lowercase());
     }
     out
+}
+
+/// Which dims of an `index.Tensor`/`index_put` have an index tensor: torch_ir records
+/// `True` in `_tensor_list_none_masks` for a `None` entry; without it, the `n_tensors`
+/// index tensors index the leading dims.
+pub(crate) fn index_mask(a: &Attrs, n_tensors: usize) -> Result<Vec<bool>, IrError> {
+    let present: Vec<bool> = match a.map.get("_tensor_list_none_masks") {
+        Some(Json::Array(lists)) if !lists.is_empty() => match &lists[0] {
+            Json::Array(m) => m.iter().map(|b| b.as_bool() != Some(true)).collect(),
+            _ => return Err(a.err("_tensor_list_none_masks", "expected a list of bools")),
+        },
+        _ => vec![true; n_tensors],
+    };
+    let n = present.iter().filter(|p| **p).count();
+    if n != n_tensors {
+        return Err(bad(
+            a.node,
+            a.op_type,
+            format!("{n} index tensors declared, {n_tensors} given"),
+        ));
+    }
+    Ok(present)
 }
 
 fn bad(node: &str, op_type: &str, message: String) -> IrError {

@@ -72,6 +72,8 @@ pub enum RuntimeError {
         op_type: String,
         message: String,
     },
+    #[error("{count} node(s) can run neither on the target nor on the CPU fallback: {nodes}")]
+    Unrunnable { count: usize, nodes: String },
     #[error("partition {partition} ({device}): {message}")]
     Partition {
         partition: usize,

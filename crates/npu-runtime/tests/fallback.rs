@@ -96,9 +96,17 @@ fn within(dtype: DType, got: f32, want: f32, scale: f32) -> bool {
 struct Refs(HashMap<String, HostTensor>);
 
 impl Refs {
+    /// Every `refs*.safetensors` of fixtures/fallback (one per suite of cases).
     fn load() -> Refs {
-        let path = fixtures().join("fallback/refs.safetensors");
-        Refs(read_safetensors(&path).unwrap().into_iter().collect())
+        let mut all = HashMap::new();
+        for e in std::fs::read_dir(fixtures().join("fallback")).unwrap() {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with("refs") && name.ends_with(".safetensors") {
+                all.extend(read_safetensors(&path).unwrap());
+            }
+        }
+        Refs(all)
     }
     fn with_prefix(&self, prefix: &str) -> HashMap<String, HostTensor> {
         self.0
@@ -367,4 +375,141 @@ fn run_nodes_in_parts_matches_run_graph() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("fallback interpreter, node"), "{err}");
+}
+
+/// The extended opset (`Op::Ext`) and the 0-d/unbatched fixes against PyTorch: every case
+/// of fixtures/fallback/meta-core.json, and at least one case per extended op.
+#[test]
+fn every_extended_op_case_matches_pytorch() {
+    let refs = Refs::load();
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("fallback/meta-core.json")).unwrap(),
+    )
+    .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    // every failing case is reported, not only the first
+    let mut failed = Vec::new();
+    for case in meta["cases"].as_object().unwrap().keys() {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(&refs, case))) {
+            Ok(ops) => seen.extend(ops),
+            Err(_) => failed.push(case.clone()),
+        }
+    }
+    assert!(failed.is_empty(), "failing cases: {failed:?}");
+    let required = [
+        "sort",
+        "top_k",
+        "kth_value",
+        "median",
+        "mode",
+        "cum_extreme",
+        "cumprod",
+        "prod",
+        "any_all",
+        "count_nonzero",
+        "scatter",
+        "index_put",
+        "index_add",
+        "index_fill",
+        "masked_scatter",
+        "select_scatter",
+        "slice_scatter",
+        "diagonal_scatter",
+        "max_pool",
+        "avg_pool",
+        "adaptive_pool",
+        "upsample",
+        "grid_sample",
+        "convolution",
+        "pixel_shuffle",
+        "flip",
+        "roll",
+        "rot90",
+        "pad",
+        "triangle",
+        "diag",
+        "diagonal",
+        "diag_embed",
+        "linspace",
+        "eye",
+        "native_batch_norm",
+        "native_group_norm",
+    ];
+    let missing: Vec<&str> = required
+        .iter()
+        .copied()
+        .filter(|r| !seen.contains(*r))
+        .collect();
+    assert!(missing.is_empty(), "no case for {missing:?}; seen {seen:?}");
+}
+
+fn one_node_graph(op_type: &str, attrs: &str, inputs: &str, out: &str) -> npu_ir::Graph {
+    let ir = format!(
+        r#"{{"model_name": "m", "pytorch_version": "2.11.0",
+  "graph_inputs": [{inputs}],
+  "graph_outputs": [{{"name": "y", {out}}}],
+  "weights": [], "weight_name_mapping": {{}},
+  "nodes": [{{"name": "y", "op_type": "{op_type}",
+    "inputs": [{inputs}], "outputs": [{{"name": "y", {out}}}], "attrs": {attrs}}}]}}"#
+    );
+    npu_ir::parse_str(&ir).unwrap()
+}
+
+/// PyTorch raises on a negative embedding id; the interpreter must not read the last row.
+#[test]
+fn embedding_refuses_negative_ids() {
+    let graph = one_node_graph(
+        "aten.embedding.default",
+        "{}",
+        r#"{"name": "w", "shape": [3, 2], "dtype": "float32", "producer_node": "w", "producer_output_idx": 0},
+           {"name": "ids", "shape": [2], "dtype": "int64", "producer_node": "ids", "producer_output_idx": 0}"#,
+        r#""shape": [2, 2], "dtype": "float32""#,
+    );
+    let w = HostTensor::from_f32(vec![3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let ok = HostTensor::from_i64(vec![2], &[2, 0]);
+    let out = run_graph(
+        &graph,
+        &[("w", &w), ("ids", &ok)],
+        &MemoryWeights::default(),
+    )
+    .unwrap();
+    assert_eq!(out[0].1.to_f32_vec(), vec![5.0, 6.0, 1.0, 2.0]);
+    let bad = HostTensor::from_i64(vec![2], &[1, -1]);
+    let err = run_graph(
+        &graph,
+        &[("w", &w), ("ids", &bad)],
+        &MemoryWeights::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("index -1 is out of bounds"), "{err}");
+}
+
+/// "Can the fallback run this node" is answered by the dispatch itself.
+#[test]
+fn support_comes_from_the_dispatch() {
+    let x = r#"{"name": "x", "shape": [4], "dtype": "float32", "producer_node": "x", "producer_output_idx": 0}"#;
+    let sorted = one_node_graph(
+        "aten.flip.default",
+        r#"{"dims": [0]}"#,
+        x,
+        r#""shape": [4], "dtype": "float32""#,
+    );
+    assert_eq!(npu_runtime::fallback::unsupported(&sorted.nodes[0]), None);
+    let unknown = one_node_graph(
+        "aten.stft.default",
+        "{}",
+        x,
+        r#""shape": [4], "dtype": "float32""#,
+    );
+    let why = npu_runtime::fallback::unsupported(&unknown.nodes[0]).unwrap();
+    assert!(why.contains("aten.stft.default"), "{why}");
+    let nz = one_node_graph(
+        "aten.nonzero.default",
+        "{}",
+        x,
+        r#""shape": [2, 1], "dtype": "int64""#,
+    );
+    let why = npu_runtime::fallback::unsupported(&nz.nodes[0]).unwrap();
+    assert!(why.contains("depends on the input values"), "{why}");
 }

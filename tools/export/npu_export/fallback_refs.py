@@ -416,16 +416,15 @@ def _randomize(module: nn.Module, gen: torch.Generator) -> None:
                 m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.5)
 
 
-def export(args: argparse.Namespace) -> dict[str, Any]:
-    out: Path = args.out
-    torch.manual_seed(args.seed)
-    cases = _cases(_Gen(args.seed + 1))
+def _export_suite(
+    cases: list[Case], out: Path, seed: int, refs: str, meta_name: str, inputs_seed: str
+) -> dict[str, Any]:
     tensors: dict[str, torch.Tensor] = {}
     files: list[str] = []
     index: dict[str, Any] = {}
     for case in cases:
         module = case.module.eval()
-        _randomize(module, torch.Generator().manual_seed(args.seed))
+        _randomize(module, torch.Generator().manual_seed(seed))
         if any(x.dtype == torch.bfloat16 for x in case.inputs):
             module = module.to(torch.bfloat16)
         with torch.no_grad():
@@ -442,14 +441,42 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
         for meta, y in zip(ir.graph_outputs, expected, strict=True):
             tensors[f"{case.name}.output.{meta.name}"] = y
         index[case.name] = common.op_histogram(ir_dict)
-    common.save_tensors(tensors, out / "refs.safetensors")
-    files += ["refs.safetensors", "meta.json"]
+    common.save_tensors(tensors, out / refs)
+    files += [refs, meta_name]
     meta = {
         "model": "fallback-refs",
         "versions": common.versions(),
-        "seeds": {"modules": f"torch.manual_seed({args.seed})", "inputs": f"Generator({args.seed + 1})"},
+        "seeds": {"modules": f"torch.manual_seed({seed})", "inputs": inputs_seed},
         "cases": index,
         "files": files,
     }
-    common.write_json(meta, out / "meta.json")
+    common.write_json(meta, out / meta_name)
+    return meta
+
+
+def export(args: argparse.Namespace) -> dict[str, Any]:
+    """The base suite (``refs.safetensors``, ``meta.json``) and the extended-opset suite
+    (``refs-core.safetensors``, ``meta-core.json``), each from its own random stream."""
+    from .fallback_core_cases import core_cases
+
+    out: Path = args.out
+    torch.manual_seed(args.seed)
+    meta = _export_suite(
+        _cases(_Gen(args.seed + 1)),
+        out,
+        args.seed,
+        "refs.safetensors",
+        "meta.json",
+        f"Generator({args.seed + 1})",
+    )
+    torch.manual_seed(args.seed)
+    core = _export_suite(
+        core_cases(_Gen(args.seed + 2)),
+        out,
+        args.seed,
+        "refs-core.safetensors",
+        "meta-core.json",
+        f"Generator({args.seed + 2})",
+    )
+    meta["files"] = meta["files"] + core["files"]
     return meta

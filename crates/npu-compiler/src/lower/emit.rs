@@ -25,6 +25,19 @@ fn perm_of_transpose(dim0: i64, dim1: i64, rank: usize) -> Option<Vec<usize>> {
     Some(p)
 }
 
+/// A 0-d operand and result seen as 1-element vectors, so "dim 0 (or -1) of a 0-d tensor"
+/// (what PyTorch accepts for softmax and reductions) is an ordinary dim.
+fn scalar_as_vector(node: &CNode, x: View, out: View) -> Result<(View, View), CompileError> {
+    if !x.shape.is_empty() {
+        return Ok((x, out));
+    }
+    let one = |v: View| {
+        v.reshape(&[v.shape.iter().product()])
+            .ok_or_else(|| CompileError::node(node, "0-d operand layout"))
+    };
+    Ok((one(x)?, one(out)?))
+}
+
 impl Lowerer<'_> {
     /// The permutation a value's only reader applies, so its buffer can be laid out to make
     /// the permuted view dense (attention output -> transpose -> reshape stays copy-free).
@@ -248,10 +261,9 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
                 lw.push(Kernel::AdaptiveAvgPool2d, vec![x], vec![out], name);
             }
             IrOp::Softmax { dim, .. } => {
-                let x = lw.view(node.inputs[0])?;
-                let out = lw.out(node, 0);
+                let (x, out) = scalar_as_vector(node, lw.view(node.inputs[0])?, lw.out(node, 0))?;
                 let rank = x.shape.len();
-                let d = norm_dim(*dim, rank.max(1))
+                let d = norm_dim(*dim, rank)
                     .ok_or_else(|| CompileError::node(node, "softmax dim out of range"))?;
                 let mut p: Vec<usize> = (0..rank).filter(|&i| i != d).collect();
                 p.push(d);
@@ -268,7 +280,7 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
                 } else {
                     ReduceOp::Sum
                 };
-                let x = lw.view(node.inputs[0])?;
+                let (x, out) = scalar_as_vector(node, lw.view(node.inputs[0])?, lw.out(node, 0))?;
                 let rank = x.shape.len();
                 let mut red: Vec<usize> = if dims.is_empty() {
                     (0..rank).collect()
@@ -283,7 +295,6 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
                 let kept: Vec<usize> = (0..rank).filter(|i| !red.contains(i)).collect();
                 let mut p = kept.clone();
                 p.extend(&red);
-                let out = lw.out(node, 0);
                 let kept_shape: Vec<usize> = kept.iter().map(|&i| x.shape[i]).collect();
                 let out_v = out
                     .reshape(&kept_shape)

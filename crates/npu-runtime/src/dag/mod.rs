@@ -12,8 +12,10 @@
 //!   partition or a later NPU partition needs the updated value.
 
 mod state;
+mod support;
 
 pub use state::HostState;
+pub use support::{unrunnable, Unrunnable};
 
 use crate::backend::{Backend, DeviceState, Executable};
 use crate::error::{Result, RuntimeError};
@@ -95,6 +97,14 @@ impl DagExecutor {
         weights: &dyn WeightSource,
         opts: &CompileOptions,
     ) -> Result<DagExecutor> {
+        let nowhere = unrunnable(&graph, &plan.placements);
+        if !nowhere.is_empty() {
+            let nodes: Vec<String> = nowhere.iter().map(ToString::to_string).collect();
+            return Err(RuntimeError::Unrunnable {
+                count: nodes.len(),
+                nodes: nodes.join("; "),
+            });
+        }
         let mut parts = Vec::with_capacity(plan.partitions.len());
         let mut env = ValueEnv::new();
         let mut preloaded = HashSet::new();

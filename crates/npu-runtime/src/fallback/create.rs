@@ -53,3 +53,30 @@ pub fn arange(a: &Args, start: f64, end: f64, step: f64) -> R<HostTensor> {
         from_i64(out, &v)
     })
 }
+
+/// `linspace(start, end, steps)` (or `base ** linspace` for logspace) with the output's
+/// length; like ATen, the second half counts back from `end` so both ends are exact.
+pub fn linspace(a: &Args, start: f64, end: f64, base: Option<f64>) -> R<HostTensor> {
+    let out = a.out(0)?;
+    if out.shape.len() != 1 {
+        return Err(format!("linspace output must be 1-D, got {out}"));
+    }
+    let n = out.shape[0];
+    let step = if n > 1 {
+        (end - start) / (n - 1) as f64
+    } else {
+        0.0
+    };
+    let v: Vec<f64> = (0..n)
+        .map(|i| {
+            // one step is `start` (ATen fills it)
+            let x = if i < n / 2 || n == 1 {
+                start + step * i as f64
+            } else {
+                end - step * (n - 1 - i) as f64
+            };
+            base.map_or(x, |b| b.powf(x))
+        })
+        .collect();
+    Ok(from_f64(out, &v))
+}

@@ -66,10 +66,11 @@ pub fn strides_of(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// Normalizes a possibly negative dim against `rank`.
+/// Normalizes a possibly negative dim against `rank`; a 0-d tensor takes dim 0 or -1, as
+/// PyTorch's `maybe_wrap_dim` allows.
 pub fn norm_dim(d: i64, rank: usize) -> R<usize> {
     let r = rank as i64;
-    let n = if d < 0 { d + r } else { d };
+    let n = if d < 0 { d + r.max(1) } else { d };
     if n < 0 || n >= r.max(1) {
         return Err(format!("dim {d} is out of range for rank {rank}"));
     }

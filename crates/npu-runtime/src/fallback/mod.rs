@@ -7,14 +7,25 @@
 //! ops are functional (the output is a new value). Every result is checked against the graph's
 //! output metadata; unknown ops and mismatches are errors naming the node and op, never panics.
 
+mod conv;
 mod create;
 mod data;
+mod diag;
 mod elementwise;
+mod ext;
+mod intops;
 mod linalg;
 mod nn;
 mod norm;
+mod pool;
 mod reduce;
+mod reduce_ext;
+mod reorder;
+mod resample;
+mod scatter;
 mod shape;
+mod sort;
+mod vals;
 
 use crate::error::{Result, RuntimeError};
 use crate::tensor::HostTensor;
@@ -93,111 +104,146 @@ impl<'a> Args<'a> {
     }
 }
 
+/// A resolved kernel: runs one op on a node's operands.
+pub(crate) type Kernel<'o> = Box<dyn Fn(&Args) -> R<Vec<HostTensor>> + 'o>;
+
+/// A kernel of one output.
+pub(crate) fn one<'o>(f: impl Fn(&Args) -> R<HostTensor> + 'o) -> R<Kernel<'o>> {
+    Ok(Box::new(move |a| f(a).map(|t| vec![t])))
+}
+
+/// A kernel of several outputs.
+pub(crate) fn many<'o>(f: impl Fn(&Args) -> R<Vec<HostTensor>> + 'o) -> R<Kernel<'o>> {
+    Ok(Box::new(f))
+}
+
+/// Why the interpreter cannot run `node`, or `None` when it can. The answer comes from the
+/// same resolution `eval_node` runs ([`kernel`]), so "can run" and "runs" never disagree.
+pub fn unsupported(node: &Node) -> Option<String> {
+    kernel(&node.op).err()
+}
+
 fn dispatch(op: &Op, ins: &[&HostTensor], outs: &[&TensorType]) -> R<Vec<HostTensor>> {
-    let a = Args { ins, outs };
-    let one = |t: R<HostTensor>| t.map(|t| vec![t]);
+    kernel(op)?(&Args { ins, outs })
+}
+
+/// The kernel for `op`, or why there is none (decided from the op alone).
+fn kernel(op: &Op) -> R<Kernel<'_>> {
     match op {
-        Op::Unary(u) => one(elementwise::unary(&a, *u)),
-        Op::Binary { op, alpha } => one(elementwise::binary(&a, *op, *alpha)),
+        Op::Unary(u) => one(move |a| elementwise::unary(a, *u)),
+        Op::Binary { op, alpha } => one(move |a| elementwise::binary(a, *op, *alpha)),
         Op::BinaryScalar {
             op,
             scalar,
             scalar_lhs,
-        } => one(elementwise::binary_scalar(&a, *op, *scalar, *scalar_lhs)),
-        Op::Clamp { min, max } => one(elementwise::clamp(&a, *min, *max)),
+        } => one(move |a| elementwise::binary_scalar(a, *op, *scalar, *scalar_lhs)),
+        Op::Clamp { min, max } => one(move |a| elementwise::clamp(a, *min, *max)),
         Op::Hardswish | Op::Hardsigmoid | Op::LeakyRelu { .. } => {
-            one(elementwise::activation(&a, op))
+            one(move |a| elementwise::activation(a, op))
         }
         Op::Where {
             self_scalar,
             other_scalar,
-        } => one(elementwise::where_(&a, *self_scalar, *other_scalar)),
-        Op::MaskedFill { value } => one(elementwise::masked_fill(&a, *value)),
-        Op::Compare { op, scalar } => one(elementwise::compare(&a, *op, *scalar)),
-        Op::LogicalNot => one(elementwise::logical_not(&a)),
-        Op::Logical { op } => one(elementwise::logical(&a, *op)),
-        Op::BitwiseNot => one(elementwise::bitwise_not(&a)),
-        Op::Bitwise { op, scalar } => one(elementwise::bitwise(&a, *op, *scalar)),
-        Op::Cast => one(elementwise::cast(&a)),
-        Op::Identity => one(elementwise::identity(&a)),
+        } => one(move |a| elementwise::where_(a, *self_scalar, *other_scalar)),
+        Op::MaskedFill { value } => one(move |a| elementwise::masked_fill(a, *value)),
+        Op::Compare { op, scalar } => one(move |a| elementwise::compare(a, *op, *scalar)),
+        Op::LogicalNot => one(elementwise::logical_not),
+        Op::Logical { op } => one(move |a| elementwise::logical(a, *op)),
+        Op::BitwiseNot => one(elementwise::bitwise_not),
+        Op::Bitwise { op, scalar } => one(move |a| elementwise::bitwise(a, *op, *scalar)),
+        Op::Cast => one(elementwise::cast),
+        Op::Identity => one(elementwise::identity),
         Op::Dropout { p, train } => {
             if *train && *p > 0.0 {
                 return Err(format!("dropout in training mode (p={p}) is random"));
             }
-            one(elementwise::identity(&a))
+            one(elementwise::identity)
         }
         Op::Conv2d {
             stride,
             padding,
             dilation,
             groups,
-        } => one(nn::conv2d(&a, *stride, *padding, *dilation, *groups)),
-        Op::MaxPool2d(p) => one(nn::max_pool2d(&a, p)),
+        } => one(move |a| conv::convolution(a, stride, padding, dilation, false, &[0, 0], *groups)),
+        Op::MaxPool2d(p) => {
+            let w = pool::window_of(p);
+            one(move |a| Ok(pool::max_pool(a, &w, false)?.remove(0)))
+        }
         Op::AvgPool2d {
-            pool,
+            pool: p,
             count_include_pad,
             divisor_override,
-        } => one(nn::avg_pool2d(
-            &a,
-            pool,
-            *count_include_pad,
-            *divisor_override,
-        )),
-        Op::AdaptiveAvgPool2d { .. } => one(nn::adaptive_avg_pool2d(&a)),
-        Op::UpsampleNearest2d { scales } => one(nn::upsample_nearest2d(&a, *scales)),
+        } => {
+            let w = pool::window_of(p);
+            one(move |a| pool::avg_pool(a, &w, *count_include_pad, *divisor_override))
+        }
+        Op::AdaptiveAvgPool2d { .. } => many(move |a| pool::adaptive_pool(a, 2, false)),
+        Op::UpsampleNearest2d { scales } => {
+            let scales = vec![scales.map(|s| s[0]), scales.map(|s| s[1])];
+            one(move |a| resample::upsample(a, npu_ir::Interp::Nearest, false, &scales))
+        }
         Op::Sdpa {
             is_causal,
             scale,
             enable_gqa,
-        } => one(nn::sdpa(&a, *is_causal, *scale, *enable_gqa)),
+        } => one(move |a| nn::sdpa(a, *is_causal, *scale, *enable_gqa)),
         Op::BatchNorm { eps, training } => {
             if *training {
                 return Err("batch_norm in training mode is not supported".into());
             }
-            one(norm::batch_norm(&a, *eps))
+            one(move |a| norm::batch_norm(a, *eps))
         }
         Op::LayerNorm {
             normalized_shape,
             eps,
-        } => one(norm::layer_norm(&a, normalized_shape, *eps)),
-        Op::GroupNorm { num_groups, eps } => one(norm::group_norm(&a, *num_groups, *eps)),
-        Op::Linear => one(linalg::linear(&a)),
-        Op::Matmul => one(linalg::matmul(&a)),
-        Op::Addmm { beta, alpha } => one(linalg::addmm(&a, *beta, *alpha)),
-        Op::Baddbmm { beta, alpha } => one(linalg::baddbmm(&a, *beta, *alpha)),
-        Op::Softmax { dim, .. } => one(reduce::softmax(&a, *dim, false)),
-        Op::LogSoftmax { dim, .. } => one(reduce::softmax(&a, *dim, true)),
-        Op::Mean { dims, .. } => one(reduce::sum(&a, dims, true)),
-        Op::Sum { dims, .. } => one(reduce::sum(&a, dims, false)),
-        Op::ReduceMinMax { op, dims, .. } => one(reduce::reduce_min_max(&a, *op, dims)),
-        Op::MinMaxDim { op, dim, .. } => reduce::min_max_dim(&a, *op, *dim),
-        Op::ArgMinMax { op, dim, .. } => one(reduce::arg_min_max(&a, *op, *dim)),
-        Op::Cumsum { dim } => one(reduce::cumsum(&a, *dim)),
-        Op::Reshape => one(shape::reshape(&a)),
-        Op::Transpose { dim0, dim1 } => one(shape::transpose(&a, *dim0, *dim1)),
-        Op::Permute { dims } => one(shape::permute(&a, dims)),
-        Op::Expand { .. } => one(shape::expand(&a)),
+        } => one(move |a| norm::layer_norm(a, normalized_shape, *eps)),
+        Op::GroupNorm { num_groups, eps } => one(move |a| norm::group_norm(a, *num_groups, *eps)),
+        Op::Linear => one(linalg::linear),
+        Op::Matmul => one(linalg::matmul),
+        Op::Addmm { beta, alpha } => one(move |a| linalg::addmm(a, *beta, *alpha)),
+        Op::Baddbmm { beta, alpha } => one(move |a| linalg::baddbmm(a, *beta, *alpha)),
+        Op::Softmax { dim, .. } => one(move |a| reduce::softmax(a, *dim, false)),
+        Op::LogSoftmax { dim, .. } => one(move |a| reduce::softmax(a, *dim, true)),
+        Op::Mean { dims, .. } => one(move |a| reduce::sum(a, dims, true)),
+        Op::Sum { dims, .. } => one(move |a| reduce::sum(a, dims, false)),
+        Op::ReduceMinMax { op, dims, .. } => one(move |a| reduce::reduce_min_max(a, *op, dims)),
+        Op::MinMaxDim { op, dim, .. } => many(move |a| reduce::min_max_dim(a, *op, *dim)),
+        Op::ArgMinMax { op, dim, .. } => one(move |a| reduce::arg_min_max(a, *op, *dim)),
+        Op::Cumsum { dim } => one(move |a| reduce::cumsum(a, *dim)),
+        Op::Reshape => one(shape::reshape),
+        Op::Transpose { dim0, dim1 } => one(move |a| shape::transpose(a, *dim0, *dim1)),
+        Op::Permute { dims } => one(move |a| shape::permute(a, dims)),
+        Op::Expand { .. } => one(shape::expand),
         Op::Slice {
             dim,
             start,
             end,
             step,
-        } => one(shape::slice(&a, *dim, *start, *end, *step)),
-        Op::Cat { dim } => one(shape::cat(&a, *dim)),
-        Op::Stack { dim } => one(shape::stack(&a, *dim)),
-        Op::Chunk { dim, .. } | Op::Split { dim, .. } => shape::split(&a, *dim),
-        Op::GetItem { index } => one(a.input(*index).cloned()),
-        Op::IndexCopy { dim } => one(shape::index_copy(&a, *dim)),
-        Op::Gather { dim } => one(shape::gather(&a, *dim)),
-        Op::IndexSelect { dim } => one(shape::index_select(&a, *dim)),
-        Op::Index { indexed } => one(shape::index(&a, indexed)),
-        Op::Embedding => one(shape::embedding(&a)),
-        Op::AssertMetadata => Ok(Vec::new()),
-        Op::Full { value } | Op::FullLike { value } => one(create::full(&a, *value)),
-        Op::Arange { start, end, step } => one(create::arange(&a, *start, *end, *step)),
-        Op::Unknown { op_type, .. } => Err(format!(
-            "op '{op_type}' is not supported by the CPU fallback interpreter"
-        )),
+        } => one(move |a| shape::slice(a, *dim, *start, *end, *step)),
+        Op::Cat { dim } => one(move |a| shape::cat(a, *dim)),
+        Op::Stack { dim } => one(move |a| shape::stack(a, *dim)),
+        Op::Chunk { dim, .. } | Op::Split { dim, .. } => many(move |a| shape::split(a, *dim)),
+        Op::GetItem { index } => one(move |a| a.input(*index).cloned()),
+        Op::IndexCopy { dim } => one(move |a| shape::index_copy(a, *dim)),
+        Op::Gather { dim } => one(move |a| shape::gather(a, *dim)),
+        Op::IndexSelect { dim } => one(move |a| shape::index_select(a, *dim)),
+        Op::Index { indexed } => one(move |a| shape::index(a, indexed)),
+        Op::Embedding => one(shape::embedding),
+        Op::AssertMetadata => many(|_| Ok(Vec::new())),
+        Op::Full { value } | Op::FullLike { value } => one(move |a| create::full(a, *value)),
+        Op::Arange { start, end, step } => one(move |a| create::arange(a, *start, *end, *step)),
+        Op::Ext(e) => ext::kernel(e),
+        Op::Unknown { op_type, .. } => {
+            let base = npu_ir::base_name(op_type);
+            if npu_ir::DATA_DEPENDENT.contains(&base) {
+                return Err(format!(
+                    "op '{op_type}': its output shape depends on the input values, which a static graph cannot hold"
+                ));
+            }
+            Err(format!(
+                "op '{op_type}' is not supported by the CPU fallback interpreter"
+            ))
+        }
     }
 }
 

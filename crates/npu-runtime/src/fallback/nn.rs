@@ -1,11 +1,11 @@
-//! NCHW neural-network ops: conv2d (im2col + GEMM), max/avg/adaptive-avg pooling, nearest
-//! upsampling, scaled dot-product attention.
+//! NCHW conv2d (im2col + GEMM) and scaled dot-product attention. Pooling is in `pool.rs`,
+//! resampling in `resample.rs`.
 
 use super::data::{broadcast_map, f32s, f64s, from_f32, from_f64, want_rank, R};
 use super::linalg::gemm;
 use super::Args;
 use crate::tensor::HostTensor;
-use npu_ir::{DType, Pool2d};
+use npu_ir::DType;
 
 fn out_hw(a: &Args, n: usize, c: usize) -> R<(usize, usize)> {
     let out = a.out(0)?;
@@ -119,146 +119,6 @@ pub fn conv2d(
         }
     }
     Ok(from_f32(a.out(0)?, &out))
-}
-
-/// Window bounds along one axis: (first, end) in input coordinates, may be out of range.
-fn window(o: usize, s: usize, p: usize) -> isize {
-    (o * s) as isize - p as isize
-}
-
-pub fn max_pool2d(a: &Args, p: &Pool2d) -> R<HostTensor> {
-    a.count(1, 1)?;
-    let x = a.input(0)?;
-    let [n, c, h, w] = nchw(x)?;
-    let (oh, ow) = out_hw(a, n, c)?;
-    let v = f64s(x);
-    let mut out = Vec::with_capacity(n * c * oh * ow);
-    for plane in v.chunks(h * w).take(n * c) {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let mut m = f64::NEG_INFINITY;
-                for ky in 0..p.kernel[0] {
-                    let iy = window(oy, p.stride[0], p.padding[0]) + (ky * p.dilation[0]) as isize;
-                    if iy < 0 || iy as usize >= h {
-                        continue;
-                    }
-                    for kx in 0..p.kernel[1] {
-                        let ix =
-                            window(ox, p.stride[1], p.padding[1]) + (kx * p.dilation[1]) as isize;
-                        if ix < 0 || ix as usize >= w {
-                            continue;
-                        }
-                        let val = plane[iy as usize * w + ix as usize];
-                        if val > m || val.is_nan() {
-                            m = val;
-                        }
-                    }
-                }
-                out.push(m);
-            }
-        }
-    }
-    Ok(from_f64(a.out(0)?, &out))
-}
-
-pub fn avg_pool2d(
-    a: &Args,
-    p: &Pool2d,
-    count_include_pad: bool,
-    divisor_override: Option<i64>,
-) -> R<HostTensor> {
-    a.count(1, 1)?;
-    let x = a.input(0)?;
-    let [n, c, h, w] = nchw(x)?;
-    let (oh, ow) = out_hw(a, n, c)?;
-    let v = f64s(x);
-    let mut out = Vec::with_capacity(n * c * oh * ow);
-    let (hi, wi) = (h as isize, w as isize);
-    let (ph, pw) = (p.padding[0] as isize, p.padding[1] as isize);
-    for plane in v.chunks(h * w).take(n * c) {
-        for oy in 0..oh {
-            let y0 = window(oy, p.stride[0], p.padding[0]);
-            let y1 = (y0 + p.kernel[0] as isize).min(hi + ph);
-            let (ys, ye) = (y0.max(0), y1.min(hi));
-            for ox in 0..ow {
-                let x0 = window(ox, p.stride[1], p.padding[1]);
-                let x1 = (x0 + p.kernel[1] as isize).min(wi + pw);
-                let (xs, xe) = (x0.max(0), x1.min(wi));
-                let mut s = 0.0;
-                for iy in ys..ye {
-                    for ix in xs..xe {
-                        s += plane[iy as usize * w + ix as usize];
-                    }
-                }
-                let div = match divisor_override {
-                    Some(d) if d != 0 => d as f64,
-                    _ if count_include_pad => ((y1 - y0) * (x1 - x0)) as f64,
-                    _ => ((ye - ys) * (xe - xs)) as f64,
-                };
-                out.push(s / div);
-            }
-        }
-    }
-    Ok(from_f64(a.out(0)?, &out))
-}
-
-pub fn adaptive_avg_pool2d(a: &Args) -> R<HostTensor> {
-    a.count(1, 1)?;
-    let x = a.input(0)?;
-    let [n, c, h, w] = nchw(x)?;
-    let (oh, ow) = out_hw(a, n, c)?;
-    let v = f64s(x);
-    let mut out = Vec::with_capacity(n * c * oh * ow);
-    for plane in v.chunks(h * w).take(n * c) {
-        for oy in 0..oh {
-            let (ys, ye) = (oy * h / oh, ((oy + 1) * h).div_ceil(oh));
-            for ox in 0..ow {
-                let (xs, xe) = (ox * w / ow, ((ox + 1) * w).div_ceil(ow));
-                let mut s = 0.0;
-                for iy in ys..ye {
-                    for ix in xs..xe {
-                        s += plane[iy * w + ix];
-                    }
-                }
-                out.push(s / ((ye - ys) * (xe - xs)) as f64);
-            }
-        }
-    }
-    Ok(from_f64(a.out(0)?, &out))
-}
-
-/// ATen's nearest source index (float arithmetic as in UpSample.h).
-fn nearest(dst: usize, in_len: usize, out_len: usize, scale: Option<f64>) -> usize {
-    let s = match scale {
-        Some(s) if s > 0.0 => (1.0 / s) as f32,
-        _ => in_len as f32 / out_len as f32,
-    };
-    ((dst as f32 * s).floor() as usize).min(in_len - 1)
-}
-
-pub fn upsample_nearest2d(a: &Args, scales: Option<[f64; 2]>) -> R<HostTensor> {
-    a.count(1, 1)?;
-    let x = a.input(0)?;
-    let [n, c, h, w] = nchw(x)?;
-    let (oh, ow) = out_hw(a, n, c)?;
-    if h == 0 || w == 0 {
-        return Err("upsample of an empty input".into());
-    }
-    let ys: Vec<usize> = (0..oh)
-        .map(|o| nearest(o, h, oh, scales.map(|s| s[0])))
-        .collect();
-    let xs: Vec<usize> = (0..ow)
-        .map(|o| nearest(o, w, ow, scales.map(|s| s[1])))
-        .collect();
-    let mut idx = Vec::with_capacity(n * c * oh * ow);
-    for p in 0..n * c {
-        for &y in &ys {
-            for &xx in &xs {
-                idx.push(p * h * w + y * w + xx);
-            }
-        }
-    }
-    Ok(super::data::take(x, &idx, a.out(0)?.shape.clone()))
 }
 
 /// For each q batch index (leading dims of q), the batch index of k/v: broadcast dims read 0,

@@ -137,3 +137,47 @@ pub fn batch_norm(a: &Args, eps: f64) -> R<HostTensor> {
     }
     Ok(from_f64(out, &v))
 }
+
+/// Empty tensors of the graph's declared shapes (the saved statistics of an eval norm).
+fn empties(a: &Args, from: usize) -> R<Vec<HostTensor>> {
+    (from..a.outs.len())
+        .map(|i| {
+            let ty = a.out(i)?;
+            if ty.numel() != 0 {
+                return Err(format!(
+                    "eval batch norm output {i} is {ty}, expected empty"
+                ));
+            }
+            Ok(HostTensor::zeros(ty.dtype, ty.shape.clone()))
+        })
+        .collect()
+}
+
+/// `native_batch_norm`/`_native_batch_norm_legit_no_training` in eval: y plus the two
+/// (empty) saved statistics.
+pub fn native_batch_norm(a: &Args, eps: f64) -> R<Vec<HostTensor>> {
+    let mut res = vec![batch_norm(a, eps)?];
+    res.extend(empties(a, 1)?);
+    Ok(res)
+}
+
+/// `native_group_norm(x, weight?, bias?, N, C, HxW, group, eps)`: y, mean and rstd [N, G].
+pub fn native_group_norm(a: &Args, groups: usize, eps: f64) -> R<Vec<HostTensor>> {
+    let y = group_norm(a, groups, eps)?;
+    let x = a.input(0)?;
+    let n = x.shape().first().copied().unwrap_or(1);
+    let v = f64s(x);
+    let len = v.len() / (n * groups).max(1);
+    let (mut mean, mut rstd) = (Vec::new(), Vec::new());
+    for g in v.chunks(len.max(1)).take(n * groups) {
+        let m = g.iter().sum::<f64>() / len as f64;
+        let var = g.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / len as f64;
+        mean.push(m);
+        rstd.push(1.0 / (var + eps).sqrt());
+    }
+    Ok(vec![
+        y,
+        from_f64(a.out(1)?, &mean),
+        from_f64(a.out(2)?, &rstd),
+    ])
+}

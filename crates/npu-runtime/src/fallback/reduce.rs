@@ -8,7 +8,7 @@ use super::Args;
 use crate::tensor::HostTensor;
 use npu_ir::{MinMax, TensorType};
 
-fn reduce_dims(dims: &[i64], rank: usize) -> R<Vec<usize>> {
+pub(super) fn reduce_dims(dims: &[i64], rank: usize) -> R<Vec<usize>> {
     if dims.is_empty() {
         return Ok((0..rank).collect());
     }
@@ -22,14 +22,14 @@ fn reduce_dims(dims: &[i64], rank: usize) -> R<Vec<usize>> {
 }
 
 /// Rows of the input with `dims` last (a 0-d input is one row of one).
-fn rows(x: &HostTensor, dims: &[usize]) -> (HostTensor, Vec<usize>, usize, usize) {
+pub(super) fn rows(x: &HostTensor, dims: &[usize]) -> (HostTensor, Vec<usize>, usize, usize) {
     if x.shape().is_empty() {
         return (x.clone(), Vec::new(), 1, 1);
     }
     dims_last(x, dims)
 }
 
-fn check_numel(out: &TensorType, n: usize) -> R<()> {
+pub(super) fn check_numel(out: &TensorType, n: usize) -> R<()> {
     if out.numel() != n {
         return Err(format!(
             "the reduction yields {n} elements, the output {out} has {}",

@@ -3,8 +3,8 @@
 //! Everything copies raw elements, so every dtype works unchanged.
 
 use super::data::{
-    broadcast_map, broadcast_shapes, i64s, norm_dim, numel, permute as permute_t, reshaped,
-    strided, strides_of, take, R,
+    broadcast_map, i64s, norm_dim, numel, permute as permute_t, reshaped, strided, strides_of,
+    take, R,
 };
 use super::Args;
 use crate::tensor::HostTensor;
@@ -222,7 +222,8 @@ pub fn embedding(a: &Args) -> R<HostTensor> {
     let (v, dim) = (w.shape()[0], w.shape()[1]);
     let mut idx = Vec::with_capacity(ids.numel() * dim);
     for i in int_index(ids, "embedding")? {
-        let row = checked_index(i, v, "embedding")?;
+        // PyTorch raises on a negative id (it does not wrap like indexing)
+        let row = super::scatter::position(i, v, false, "embedding")?;
         idx.extend(row * dim..(row + 1) * dim);
     }
     let t = take(w, &idx, out.shape.clone());
@@ -284,7 +285,7 @@ pub fn gather(a: &Args, dim: i64) -> R<HostTensor> {
         let mut off = 0;
         for k in 0..rank {
             let c = if k == d {
-                checked_index(i, x.shape()[d], "gather")?
+                super::scatter::position(i, x.shape()[d], false, "gather")?
             } else {
                 if pos[k] >= x.shape()[k] {
                     return Err(format!(
@@ -308,82 +309,22 @@ pub fn gather(a: &Args, dim: i64) -> R<HostTensor> {
     Ok(take(x, &idx, out.shape.clone()))
 }
 
-/// `index.Tensor`: advanced indexing with integer index tensors on the dims in `indexed`.
+/// `index.Tensor`: advanced indexing with the index tensors on the dims in `indexed`.
 pub fn index(a: &Args, indexed: &[bool]) -> R<HostTensor> {
     let (x, out) = (a.input(0)?, a.out(0)?);
-    let xs = x.shape();
-    let rank = xs.len();
-    if indexed.len() > rank {
-        return Err(format!(
-            "{} indices for a rank-{rank} tensor",
-            indexed.len()
-        ));
-    }
-    let dims: Vec<usize> = (0..indexed.len()).filter(|&d| indexed[d]).collect();
-    if dims.len() + 1 != a.ins.len() {
-        return Err(format!(
-            "{} index tensors, {} inputs",
-            dims.len(),
-            a.ins.len()
-        ));
-    }
-    let mut bshape: Vec<usize> = Vec::new();
-    for t in &a.ins[1..] {
-        bshape = broadcast_shapes(&bshape, t.shape())?;
-    }
-    let idx_vals = a.ins[1..]
+    let n_idx = indexed.iter().filter(|p| **p).count();
+    a.count(n_idx + 1, n_idx + 1)?;
+    let mut it = a.ins[1..].iter();
+    let entries: Vec<Option<&HostTensor>> = indexed
         .iter()
-        .map(|t| {
-            let v = int_index(t, "index")?;
-            Ok(broadcast_map(t.shape(), &bshape)?
-                .into_iter()
-                .map(|i| v[i])
-                .collect::<Vec<i64>>())
-        })
-        .collect::<R<Vec<_>>>()?;
-    let rest: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
-    let adjacent = dims.windows(2).all(|w| w[1] == w[0] + 1);
-    // result dims: [before.., B.., after..] when the indexed dims are adjacent, else [B.., rest..]
-    let first = dims.first().copied().unwrap_or(0);
-    let (before, after): (Vec<usize>, Vec<usize>) = if adjacent {
-        rest.iter().partition(|&&d| d < first)
-    } else {
-        (Vec::new(), rest.clone())
-    };
-    let mut shape: Vec<usize> = before.iter().map(|&d| xs[d]).collect();
-    shape.extend(&bshape);
-    shape.extend(after.iter().map(|&d| xs[d]));
+        .map(|&p| if p { it.next().copied() } else { None })
+        .collect();
+    let (idx, shape) = super::scatter::index_offsets(x.shape(), &entries)?;
     if shape != out.shape {
         return Err(format!(
             "indexing gives {shape:?}, the output is {:?}",
             out.shape
         ));
-    }
-    let xst = strides_of(xs);
-    let nb = numel(&bshape);
-    let bef_shape: Vec<usize> = before.iter().map(|&d| xs[d]).collect();
-    let aft_shape: Vec<usize> = after.iter().map(|&d| xs[d]).collect();
-    let (nbef, naft) = (numel(&bef_shape), numel(&aft_shape));
-    let unravel = |mut i: usize, shape: &[usize], dims: &[usize], off: &mut usize| {
-        for k in (0..shape.len()).rev() {
-            *off += (i % shape[k]) * xst[dims[k]];
-            i /= shape[k];
-        }
-    };
-    let mut idx = Vec::with_capacity(out.numel());
-    for ob in 0..nbef {
-        for b in 0..nb {
-            let mut base = 0;
-            unravel(ob, &bef_shape, &before, &mut base);
-            for (vals, &d) in idx_vals.iter().zip(&dims) {
-                base += checked_index(vals[b], xs[d], "index")? * xst[d];
-            }
-            for oa in 0..naft {
-                let mut off = base;
-                unravel(oa, &aft_shape, &after, &mut off);
-                idx.push(off);
-            }
-        }
     }
     Ok(take(x, &idx, out.shape.clone()))
 }
