@@ -374,3 +374,92 @@ fn second_output_of_a_multi_output_node_crosses_devices() {
         assert_eq!(out[0].1.to_f32_vec(), want, "{force} on the CPU");
     }
 }
+
+/// PyTorch's reference values of one fallback case (fixtures/fallback/refs-core.safetensors).
+fn core_case(case: &str) -> (Graph, HashMap<String, HostTensor>) {
+    let graph = npu_ir::load(&fixture(&format!("fallback/{case}.ir.json"))).unwrap();
+    let prefix = format!("{case}.");
+    let refs = io(&fixture("fallback/refs-core.safetensors"))
+        .into_iter()
+        .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|k| (k.to_string(), v)))
+        .collect();
+    (graph, refs)
+}
+
+/// Softmax/log_softmax/sum/mean over dim 0 or -1 of a 0-d tensor compile for the NPU (they
+/// panicked in `lower/views.rs` or failed "reduce dim out of range"), next to CPU nodes.
+#[test]
+fn zero_dim_softmax_and_reductions_compile_and_match_pytorch() {
+    let (graph, refs) = core_case("zero_dim");
+    let plan = plan(&graph, &target::NPU, &[]);
+    for (node, p) in graph.nodes.iter().zip(&plan.placements) {
+        if matches!(node.op, npu_ir::Op::Softmax { .. } | npu_ir::Op::Sum { .. }) {
+            assert_eq!(p.device, Device::Npu, "{}", node.name);
+        }
+    }
+    let opts = CompileOptions {
+        target: &target::NPU,
+        dtype: Some(DType::F32),
+    };
+    let mut d = DagExecutor::new(
+        graph,
+        plan,
+        &CpuBackend::new(),
+        &npu_runtime::MemoryWeights::default(),
+        &opts,
+    )
+    .unwrap();
+    let x = &refs["input.xs_0"];
+    let mut state = d.new_state();
+    let outs = d.run(&[("xs_0", x)], state.as_mut()).unwrap();
+    for (name, got) in &outs {
+        let want = &refs[&format!("output.{name}")];
+        assert_eq!(got.shape(), want.shape(), "{name}");
+        for (a, b) in got.to_f32_vec().iter().zip(want.to_f32_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "{name}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+/// A batch_norm whose statistics are graph inputs runs on the CPU fallback, not the NPU.
+#[test]
+fn batch_norm_with_input_statistics_falls_back_and_matches_pytorch() {
+    let (graph, refs) = core_case("bn_stats_inputs");
+    let plan = plan(&graph, &target::NPU, &[]);
+    let bn = graph
+        .nodes
+        .iter()
+        .position(|n| matches!(n.op, npu_ir::Op::BatchNorm { .. }))
+        .unwrap();
+    assert_eq!(plan.placements[bn].device, Device::Cpu);
+    let opts = CompileOptions {
+        target: &target::NPU,
+        dtype: Some(DType::F32),
+    };
+    let names: Vec<String> = graph
+        .inputs
+        .iter()
+        .map(|v| graph.value(*v).name.clone())
+        .collect();
+    let mut d = DagExecutor::new(
+        graph,
+        plan,
+        &CpuBackend::new(),
+        &npu_runtime::MemoryWeights::default(),
+        &opts,
+    )
+    .unwrap();
+    let inputs: Vec<(&str, &HostTensor)> = names
+        .iter()
+        .map(|n| (n.as_str(), &refs[&format!("input.{n}")]))
+        .collect();
+    let mut state = d.new_state();
+    let outs = d.run(&inputs, state.as_mut()).unwrap();
+    let want = refs[&format!("output.{}", outs[0].0)].to_f32_vec();
+    for (a, b) in outs[0].1.to_f32_vec().iter().zip(want) {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+    }
+}

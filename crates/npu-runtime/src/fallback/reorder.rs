@@ -133,7 +133,7 @@ pub fn pad(a: &Args, mode: PadMode, pad: &[i64], value: f64) -> R<HostTensor> {
     a.count(1, 1)?;
     let (x, out) = (a.input(0)?, a.out(0)?);
     let xs = x.shape();
-    if pad.len() % 2 != 0 || pad.len() / 2 > xs.len() {
+    if !pad.len().is_multiple_of(2) || pad.len() / 2 > xs.len() {
         return Err(format!("pad {pad:?} for an input {xs:?}"));
     }
     let rank = xs.len();

@@ -212,11 +212,8 @@ pub(super) fn index_offsets(
                 let mv = i64s(t);
                 let ms = strides_of(t.shape());
                 let hits: Vec<usize> = (0..mv.len()).filter(|&i| mv[i] != 0).collect();
-                for k in 0..m {
-                    let coord = hits
-                        .iter()
-                        .map(|&i| ((i / ms[k]) % t.shape()[k]) as i64)
-                        .collect();
+                for (k, (&stride, &len)) in ms.iter().zip(t.shape()).enumerate() {
+                    let coord = hits.iter().map(|&i| ((i / stride) % len) as i64).collect();
                     tensors.push((coord, vec![hits.len()]));
                     dims.push(d + k);
                 }
