@@ -232,7 +232,7 @@ fn weights_tied_weights_constants_and_unused_buffers() {
         ),
         node(
             "index_select",
-            "aten.take_along_dim.default",
+            "aten.stft.default",
             &[
                 tp("linear", "[2, 10]", "float32", "linear", 0),
                 t("c_idx", "[2]", "int64"),
