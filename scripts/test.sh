@@ -2,32 +2,128 @@
 # The project's test command (README): sets up everything on a fresh machine, then runs lint and
 # every test. Rust tests need no torch (fixtures are committed); the Python venv serves the export
 # tool's tests and the end-to-end models generated before the Rust tests.
-set -euo pipefail
+#
+# Every step contributes to ONE closing line, `N passed, N failed, N skipped` (the runner-neutral
+# line CI reads): a check (lint, a fuzz run) counts as one test; pytest and cargo test add their
+# own counts. A skipped test is named with its reason (Rust tests print `SKIP: <test>: <reason>`).
+# To add a step, call `check NAME CMD...` (one pass/fail) or `pytest_step NAME ARGS...` below.
+set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+mkdir -p target
+LOGS="$ROOT/target/test-logs"
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+
+PASSED=0
+FAILED=0
+SKIPPED=0
+FAILURES=()
+SKIPS=()
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "python venv (pinned torch/torchvision/transformers/pytorch-ir)"
-scripts/setup-python.sh
+# check NAME CMD...: runs CMD; one passed or failed test named NAME.
+check() {
+    local name="$1"; shift
+    step "$name"
+    if "$@"; then
+        PASSED=$((PASSED + 1))
+    else
+        FAILED=$((FAILED + 1))
+        FAILURES+=("$name")
+    fi
+}
 
-step "rust: format and lint"
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+# pytest_step NAME ARGS...: pytest's own counts; skipped tests listed with their reasons (-rs).
+pytest_step() {
+    local name="$1"; shift
+    step "$name"
+    local log="$LOGS/$name.log"
+    .venv/bin/python -m pytest -q -rs "$@" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local summary p f e s
+    summary=$(grep -E '^=+ .*(passed|failed|skipped|error|no tests ran).* =+$' "$log" | tail -1)
+    p=$(grep -Eo '[0-9]+ passed' <<<"$summary" | awk '{s+=$1} END {print s+0}')
+    f=$(grep -Eo '[0-9]+ failed' <<<"$summary" | awk '{s+=$1} END {print s+0}')
+    e=$(grep -Eo '[0-9]+ errors?' <<<"$summary" | awk '{s+=$1} END {print s+0}')
+    s=$(grep -Eo '[0-9]+ skipped' <<<"$summary" | awk '{s+=$1} END {print s+0}')
+    PASSED=$((PASSED + p))
+    FAILED=$((FAILED + f + e))
+    SKIPPED=$((SKIPPED + s))
+    if [ "$rc" -ne 0 ] && [ $((f + e)) -eq 0 ]; then
+        FAILED=$((FAILED + 1)) # pytest failed without a test failing (collection, usage)
+        FAILURES+=("$name (pytest exit $rc)")
+    fi
+    while IFS= read -r line; do
+        SKIPS+=("$name: ${line#SKIPPED }")
+    done < <(grep -E '^SKIPPED ' "$log")
+    [ "$f" -gt 0 ] || [ "$e" -gt 0 ] && FAILURES+=("$name ($f failed, $e errors)")
+    return 0
+}
+
+# cargo_test_step NAME ARGS...: `cargo test` counts; a test that prints `SKIP: <test>: <reason>`
+# (it returned early: no model, device or environment) counts as skipped, not passed.
+cargo_test_step() {
+    local name="$1"; shift
+    step "$name"
+    local log="$LOGS/$name.log"
+    cargo test "$@" -- --show-output >"$log" 2>&1
+    local rc=$?
+    grep -E '^(test result:|error(\[|:)|failures:|    [a-z_:]+$|test .* FAILED)' "$log" || true
+    local p f s
+    p=$(grep -Eo '^test result: [A-Za-z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
+    f=$(grep -Eo '^test result: [A-Za-z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | awk '{s+=$6} END {print s+0}')
+    # One skip per test, however many SKIP lines it printed.
+    s=$(grep -E '^SKIP: ' "$log" | cut -d: -f2 | sort -u | grep -c . || true)
+    PASSED=$((PASSED + p - s))
+    FAILED=$((FAILED + f))
+    SKIPPED=$((SKIPPED + s))
+    while IFS= read -r line; do
+        SKIPS+=("$name: ${line#SKIP: }")
+    done < <(grep -E '^SKIP: ' "$log")
+    if [ "$rc" -ne 0 ]; then
+        if [ "$f" -eq 0 ]; then
+            FAILED=$((FAILED + 1)) # the build failed, or a test binary crashed
+            FAILURES+=("$name (cargo exit $rc, see $log)")
+        else
+            FAILURES+=("$name ($f failed, see $log)")
+        fi
+    fi
+}
+
+step "python venv (pinned torch/torchvision/transformers/pytorch-ir)"
+scripts/setup-python.sh || { echo "python setup failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+
+check "rust: format" cargo fmt --all -- --check
+check "rust: clippy" cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 if [ -x scripts/make-test-models.sh ]; then
-    step "end-to-end models (export tool, cached under target/test-models)"
-    scripts/make-test-models.sh
+    check "end-to-end models (export tool, cached under target/test-models)" scripts/make-test-models.sh
     export NPU_REQUIRE_MODELS=1
 fi
 
-step "python: export tool lint and tests"
-(cd tools/export && ../../.venv/bin/ruff check . && ../../.venv/bin/ruff format --check .)
-.venv/bin/python -m pytest -q tools/export/tests
+check "python: export tool lint" bash -c 'cd tools/export && ../../.venv/bin/ruff check . && ../../.venv/bin/ruff format --check .'
+pytest_step "python: export tool tests" tools/export/tests
 
-step "rust: tests"
-cargo test --workspace 2>&1 | tee target/cargo-test.log
-passed=$(grep -Eo '^test result: ok\. [0-9]+ passed' target/cargo-test.log | awk '{s+=$4} END {print s+0}')
-failed=$(grep -Eo '[0-9]+ failed' target/cargo-test.log | awk '{s+=$1} END {print s+0}')
-echo
-echo "rust: ${passed} passed, ${failed} failed"
+cargo_test_step "rust: tests" --workspace
+
+# Fuzzing: each target for FUZZ_SECONDS (default 60) from its committed seed corpus, after
+# replaying the regression cases of earlier crashes. A crash fails the step.
+FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+if cargo build -q -p npu-fuzz; then
+    for t in ir npubin safetensors input; do
+        if [ -d "fuzz/regressions/$t" ]; then
+            check "fuzz: $t regressions" target/debug/npu-fuzz "$t" --replay "fuzz/regressions/$t"
+        fi
+        check "fuzz: $t (${FUZZ_SECONDS} s)" target/debug/npu-fuzz "$t" --seconds "$FUZZ_SECONDS"
+    done
+else
+    FAILED=$((FAILED + 1))
+    FAILURES+=("fuzz: build")
+fi
+
+step "summary"
+for s in "${SKIPS[@]+"${SKIPS[@]}"}"; do echo "skipped: $s"; done
+for f in "${FAILURES[@]+"${FAILURES[@]}"}"; do echo "FAILED: $f"; done
+echo "${PASSED} passed, ${FAILED} failed, ${SKIPPED} skipped"
+[ "$FAILED" -eq 0 ]

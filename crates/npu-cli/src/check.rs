@@ -27,7 +27,7 @@ pub fn report_unrunnable(model: &Path, target: &Target, nowhere: &[Unrunnable]) 
 }
 
 pub fn check(model: &Path, target: &Target) -> Result<ExitCode> {
-    let graph = npu_ir::load(model)?;
+    let graph = crate::load_graph(model)?;
     let nodes = graph.nodes.len();
     let placements = place_for_target(&graph, target, &[]);
     if report_unrunnable(model, target, &unrunnable(&graph, &placements)) {

@@ -88,7 +88,9 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     if a.max_new_tokens == 0 {
         bail!("--max-new-tokens must be at least 1");
     }
-    if s + a.max_new_tokens - 1 > max {
+    // Checked: a huge --max-new-tokens must not wrap past the cache size.
+    let last_slot = s.checked_add(a.max_new_tokens - 1);
+    if !matches!(last_slot, Some(last) if last <= max) {
         bail!(
             "{} new tokens after a {s}-slot prefill exceed the cache of {max} slots",
             a.max_new_tokens

@@ -11,7 +11,7 @@ mod run;
 mod run_graph;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{error::ErrorKind, Parser, Subcommand, ValueEnum};
 use npu_compiler::{describe, npubin, target, CompileOptions};
 use npu_ir::DType;
 use std::path::PathBuf;
@@ -24,6 +24,10 @@ use std::process::ExitCode;
     about = "NPU compiler and runtime for PyTorch (torch_ir) graphs"
 )]
 struct Cli {
+    /// Refuse tensors, arenas and weight sets larger than this (bytes, or with a K/M/G/T
+    /// suffix); default: the machine's physical memory.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = npu_runtime::limits::parse_size)]
+    max_memory: Option<u64>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -144,7 +148,15 @@ fn find_target(name: &str) -> Result<&'static npu_compiler::Target> {
         .with_context(|| format!("unknown target '{name}' (known: npu, cpu)"))
 }
 
+/// Loads an IR graph and checks its sizes against the memory limit.
+fn load_graph(model: &std::path::Path) -> Result<npu_ir::Graph> {
+    let graph = npu_ir::load(model)?;
+    npu_runtime::limits::check_graph(&graph).with_context(|| model.display().to_string())?;
+    Ok(graph)
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
+    npu_runtime::limits::set_memory_limit(cli.max_memory);
     match cli.cmd {
         Cmd::Compile {
             model,
@@ -154,15 +166,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             verbose,
         } => {
             let target = find_target(&target)?;
+            out::refuse_alias(&output, "output", &[("model", &model)])?;
             let start = std::time::Instant::now();
-            let graph = npu_ir::load(&model)?;
+            let graph = load_graph(&model)?;
             let opts = CompileOptions {
                 target,
                 dtype: dtype.map(Into::into),
             };
             let (program, report) = npu_compiler::compile(graph, &opts)
                 .with_context(|| format!("cannot compile {}", model.display()))?;
-            npubin::save(&program, &output)?;
+            out::write_file(&output, &npubin::to_bytes(&program))?;
             let elapsed = start.elapsed();
             say!(
                 "compiled {} -> {} ({} IR nodes -> {} steps, arena {:.2} MiB, compute {}, target {}) in {:.0} ms",
@@ -211,6 +224,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             profile,
         } => {
             let is_graph = program.extension().is_some_and(|e| e == "json");
+            if let Some(o) = &outputs {
+                let mut read: Vec<(&str, &std::path::Path)> = vec![("program", &program)];
+                read.extend(weights.as_deref().map(|w| ("weights", w)));
+                read.extend(inputs.as_deref().map(|i| ("inputs", i)));
+                out::refuse_alias(o, "--outputs", &read)?;
+            }
             let args = run::RunArgs {
                 program,
                 weights,
@@ -269,16 +288,23 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        Err(e) => {
+            // One line like every other error (clap adds usage lines).
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("error: {first} (npu --help lists the options)");
+            return ExitCode::from(2);
+        }
+    };
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            if chain.len() > 1 {
-                eprintln!("error: {}", chain.join(": "));
-            } else {
-                eprintln!("error: {e}");
-            }
+            // The chain, each cause once: library errors never repeat their source.
+            eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
     }

@@ -4,7 +4,7 @@ use crate::backends::backend_by_name;
 use anyhow::{bail, Context, Result};
 use npu_compiler::npubin;
 use npu_runtime::{
-    read_safetensors, write_safetensors, HostTensor, MemoryWeights, SafetensorsFile, WeightSource,
+    read_safetensors, safetensors_bytes, HostTensor, MemoryWeights, SafetensorsFile, WeightSource,
 };
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -93,7 +93,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
     }
     if let Some(p) = &a.outputs {
-        write_safetensors(p, &all)?;
+        crate::out::write_file(p, &safetensors_bytes(&all)?)?;
     }
     report(&a, "", prepare_ms, &times, &all);
     if a.profile {

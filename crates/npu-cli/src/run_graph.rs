@@ -8,7 +8,7 @@ use npu_compiler::partition::{partition, place_for_target, Device};
 use npu_compiler::{CompileOptions, Target};
 use npu_ir::DType;
 use npu_runtime::dag::DagExecutor;
-use npu_runtime::{read_safetensors, write_safetensors, HostTensor};
+use npu_runtime::{read_safetensors, safetensors_bytes, HostTensor};
 use std::time::Instant;
 
 /// How to compile the graph's NPU partitions.
@@ -20,7 +20,7 @@ pub struct GraphArgs {
 
 pub fn run(a: RunArgs, g: GraphArgs) -> Result<()> {
     let t = Instant::now();
-    let graph = npu_ir::load(&a.program)?;
+    let graph = crate::load_graph(&a.program)?;
     let plan = partition(&graph, place_for_target(&graph, g.target, &g.force_cpu));
     say!(
         "partitioned {}: {} npu + {} cpu partition(s), {} transfer(s)",
@@ -82,7 +82,7 @@ pub fn run(a: RunArgs, g: GraphArgs) -> Result<()> {
     // One more run for the outputs, so state outputs come from a known starting state.
     let all = dag.run_all(&inputs)?;
     if let Some(p) = &a.outputs {
-        write_safetensors(p, &all)?;
+        crate::out::write_file(p, &safetensors_bytes(&all)?)?;
     }
     report(&a, " (+ cpu fallback)", prepare_ms, &times, &all);
     if a.profile {

@@ -26,7 +26,8 @@ pub enum CompileError {
     UnknownTarget(String),
     #[error("target '{target}' cannot compute in {dtype}")]
     UnsupportedDType { target: String, dtype: String },
-    #[error("{} constraint violation(s) for target '{target}':\n{}", violations.len(), violations.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n"))]
+    /// One line: the first violation, and how many more (`npu check` lists them all).
+    #[error("{} constraint violation(s) for target '{target}': {}", violations.len(), first_and_count(violations))]
     Constraints {
         target: String,
         violations: Vec<Violation>,
@@ -39,6 +40,17 @@ pub enum CompileError {
     },
     #[error("internal error: the lowered program is inconsistent: {0}")]
     Internal(String),
+}
+
+fn first_and_count(violations: &[Violation]) -> String {
+    match violations {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [first, rest @ ..] => format!(
+            "{first}; and {} more (`npu check` lists them)",
+            rest.len()
+        ),
+    }
 }
 
 impl CompileError {

@@ -128,12 +128,21 @@ pub fn replace_uses_many(g: &mut CGraph, map: &HashMap<ValueId, ValueId>) {
     if map.is_empty() {
         return;
     }
-    let resolve = |mut v: ValueId| {
-        while let Some(&n) = map.get(&v) {
+    // Each key's final value, found once (a chain of n no-ops costs O(n), not O(n^2)).
+    let mut last: HashMap<ValueId, ValueId> = HashMap::with_capacity(map.len());
+    let mut path = Vec::new();
+    for &start in map.keys() {
+        let mut v = start;
+        while let (None, Some(&n)) = (last.get(&v), map.get(&v)) {
+            path.push(v);
             v = n;
         }
-        v
-    };
+        let end = last.get(&v).copied().unwrap_or(v);
+        for p in path.drain(..) {
+            last.insert(p, end);
+        }
+    }
+    let resolve = |v: ValueId| last.get(&v).copied().unwrap_or(v);
     for node in &mut g.nodes {
         for v in &mut node.inputs {
             *v = resolve(*v);

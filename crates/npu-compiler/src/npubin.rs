@@ -16,8 +16,14 @@ pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NpubinError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}")]
+    Write {
         path: String,
         #[source]
         source: std::io::Error,
@@ -36,7 +42,7 @@ pub enum NpubinError {
     BadVersion(u32),
     #[error("corrupt .npubin: {0}")]
     Corrupt(String),
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     InFile {
         path: String,
         #[source]
@@ -108,14 +114,20 @@ pub fn from_bytes(b: &[u8]) -> Result<Program, NpubinError> {
         v => return Err(NpubinError::BadVersion(v)),
     }
     let tlen = u16::from_le_bytes(r.take(2)?.try_into().expect("2 bytes")) as usize;
-    let target = std::str::from_utf8(r.take(tlen)?)
-        .map_err(|_| NpubinError::Corrupt("target name is not UTF-8".into()))?
+    let raw = r.take(tlen)?;
+    let target = std::str::from_utf8(raw)
+        .ok()
+        .filter(|t| !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| NpubinError::Corrupt(format!("bad target name {}", printable(raw))))?
         .to_string();
     let dlen = r.take(1)?[0] as usize;
-    let dtype = std::str::from_utf8(r.take(dlen)?)
-        .map_err(|_| NpubinError::Corrupt("dtype is not UTF-8".into()))?;
-    let dtype = DType::parse(dtype)
-        .ok_or_else(|| NpubinError::Corrupt(format!("unknown compute dtype '{dtype}'")))?;
+    let raw = r.take(dlen)?;
+    let dtype = std::str::from_utf8(raw)
+        .ok()
+        .and_then(DType::parse)
+        .ok_or_else(|| {
+            NpubinError::Corrupt(format!("unknown compute dtype {}", printable(raw)))
+        })?;
     let plen = u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes"));
     let plen = usize::try_from(plen)
         .map_err(|_| NpubinError::Corrupt("payload length overflows".into()))?;
@@ -134,18 +146,49 @@ pub fn from_bytes(b: &[u8]) -> Result<Program, NpubinError> {
     let p: Program = codec()
         .with_limit(plen as u64)
         .deserialize(payload)
-        .map_err(|e| NpubinError::Corrupt(format!("payload does not decode: {e}")))?;
+        .map_err(|e| NpubinError::Corrupt(sanitize(&format!("payload does not decode: {e}"))))?;
     if p.target != target || p.compute_dtype != dtype {
         return Err(NpubinError::Corrupt(
             "header and payload disagree on target or dtype".into(),
         ));
     }
-    p.validate().map_err(NpubinError::Corrupt)?;
+    p.validate()
+        .map_err(|e| NpubinError::Corrupt(sanitize(&e)))?;
     Ok(p)
 }
 
+/// Header bytes for a message: a short printable ASCII string quoted, anything else as
+/// hex of at most 16 bytes (a corrupt file never puts raw bytes on the terminal).
+fn printable(raw: &[u8]) -> String {
+    const MAX: usize = 16;
+    if !raw.is_empty() && raw.len() <= MAX && raw.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        return format!("'{}'", String::from_utf8_lossy(raw));
+    }
+    let hex: String = raw.iter().take(MAX).map(|b| format!("{b:02x}")).collect();
+    let more = if raw.len() > MAX { "..." } else { "" };
+    format!("(hex {hex}{more}, {} bytes)", raw.len())
+}
+
+/// A message that may quote payload strings, with control characters escaped and its
+/// length bounded.
+fn sanitize(msg: &str) -> String {
+    let mut out = String::new();
+    for c in msg.chars() {
+        if out.len() >= 300 {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 pub fn save(p: &Program, path: &Path) -> Result<(), NpubinError> {
-    std::fs::write(path, to_bytes(p)).map_err(|e| NpubinError::Io {
+    std::fs::write(path, to_bytes(p)).map_err(|e| NpubinError::Write {
         path: path.display().to_string(),
         source: e,
     })
@@ -160,4 +203,26 @@ pub fn load(path: &Path) -> Result<Program, NpubinError> {
         path: path.display().to_string(),
         source: Box::new(e),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_corrupt_header_never_puts_raw_bytes_in_the_message() {
+        let mut b = MAGIC.to_vec();
+        b.extend(FORMAT_VERSION.to_le_bytes());
+        b.extend(3u16.to_le_bytes());
+        b.extend(b"npu");
+        b.push(255);
+        b.extend((0..255u8).map(|i| i.wrapping_mul(7)));
+        b.extend([0u8; 12]);
+        let e = from_bytes(&b).unwrap_err().to_string();
+        assert!(e.contains("unknown compute dtype (hex 00070e151c"), "{e}");
+        assert!(e.contains("..., 255 bytes)"), "{e}");
+        assert!(e.chars().all(|c| !c.is_control()) && e.len() < 120, "{e}");
+        assert_eq!(printable(b"f9"), "'f9'");
+        assert_eq!(sanitize("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+    }
 }

@@ -47,17 +47,21 @@ impl Binding {
     }
 
     /// One past the last byte this binding can touch, relative to its slot.
+    /// Saturates at `u64::MAX` (a corrupt program's sizes never wrap into range).
     pub fn end_byte(&self) -> u64 {
         if self.shape.contains(&0) {
             return self.byte_offset;
         }
-        let last: usize = self
+        let last: u128 = self
             .shape
             .iter()
             .zip(&self.strides)
-            .map(|(d, s)| (d - 1) * s)
-            .sum();
-        self.byte_offset + ((last + 1) * self.dtype.size_bytes()) as u64
+            .map(|(&d, &s)| (d as u128 - 1).saturating_mul(s as u128))
+            .fold(0, u128::saturating_add);
+        let end = (last + 1)
+            .saturating_mul(self.dtype.size_bytes() as u128)
+            .saturating_add(u128::from(self.byte_offset));
+        u64::try_from(end).unwrap_or(u64::MAX)
     }
 
     /// Row-major and gap-free.
@@ -441,8 +445,14 @@ pub struct Program {
 impl Program {
     /// Size in bytes of a slot, for bounds checks.
     pub fn slot_bytes(&self, slot: Slot) -> Option<u64> {
-        let bytes =
-            |shape: &[usize], dt: DType| (shape.iter().product::<usize>() * dt.size_bytes()) as u64;
+        // Saturating: a size that overflows is u64::MAX, which no binding fits under
+        // unchecked and no memory limit admits.
+        let bytes = |shape: &[usize], dt: DType| {
+            let n = shape
+                .iter()
+                .fold(dt.size_bytes() as u128, |n, &d| n.saturating_mul(d as u128));
+            u64::try_from(n).unwrap_or(u64::MAX)
+        };
         Some(match slot {
             Slot::Input(i) => {
                 let t = self.inputs.get(i as usize)?;

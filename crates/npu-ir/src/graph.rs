@@ -35,8 +35,23 @@ pub struct TensorType {
 }
 
 impl TensorType {
+    /// The element count. Parsing guarantees it (and the byte size) fits: see
+    /// [`TensorType::checked_bytes`].
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// The element count, `None` on overflow.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    }
+
+    /// The byte size, `None` when it overflows or exceeds `isize::MAX` (no allocation
+    /// can hold it). Every tensor of a parsed graph has one.
+    pub fn checked_bytes(&self) -> Option<usize> {
+        self.checked_numel()?
+            .checked_mul(self.dtype.size_bytes())
+            .filter(|&b| isize::try_from(b).is_ok())
     }
     pub fn rank(&self) -> usize {
         self.shape.len()
@@ -198,13 +213,24 @@ fn tensor_type(t: &RawTensor) -> Result<TensorType, IrError> {
             tensor: t.name.clone(),
             shape: format!("{:?}", t.shape),
         })?;
-    Ok(TensorType { shape, dtype })
+    let ty = TensorType { shape, dtype };
+    if ty.checked_bytes().is_none() {
+        return Err(IrError::TooLarge {
+            tensor: t.name.clone(),
+            ty: ty.to_string(),
+        });
+    }
+    Ok(ty)
 }
 
+/// The scalars of a nested JSON array in row-major order (iterative: depth is the data's).
 fn flatten_json(v: &Json, out: &mut Vec<Json>) {
-    match v {
-        Json::Array(items) => items.iter().for_each(|x| flatten_json(x, out)),
-        other => out.push(other.clone()),
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Json::Array(items) => stack.extend(items.iter().rev()),
+            other => out.push(other.clone()),
+        }
     }
 }
 

@@ -57,17 +57,51 @@ pub struct RawConstant {
 
 /// Parses IR text; malformed JSON and missing fields are reported with line and column.
 pub fn parse_raw(text: &str) -> Result<RawIr, IrError> {
+    // serde reads a struct from a JSON array too (fields by position), which would turn
+    // `[...]` into a confusing "expected a string": the IR is an object, say so.
+    let start = text.trim_start();
+    if !start.starts_with('{') {
+        let at = text.len() - start.len();
+        let line = text[..at].matches('\n').count() + 1;
+        let column = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1;
+        let found = match start.chars().next() {
+            None => "nothing".to_string(),
+            Some('[') => "an array".to_string(),
+            Some('"') => "a string".to_string(),
+            Some(c) if c.is_ascii_digit() || c == '-' => "a number".to_string(),
+            Some(c) => format!("{:?}", c),
+        };
+        return Err(IrError::Json {
+            line,
+            column,
+            message: format!("expected an object at the top level, found {found}"),
+        });
+    }
     let text = escape_non_finite(text);
     serde_json::from_str(&text).map_err(|e| IrError::Json {
         line: e.line(),
         column: e.column(),
-        message: e
-            .to_string()
-            .split(" at line")
-            .next()
-            .unwrap_or("")
-            .to_string(),
+        message: unescape_markers(e.to_string().split(" at line").next().unwrap_or("")),
     })
+}
+
+/// Turns the non-finite markers back into `NaN`/`Infinity` in a serde message (a NaN where
+/// a shape dim belongs reads "invalid type: NaN, expected i64", not a marker string).
+fn unescape_markers(msg: &str) -> String {
+    let mut out = msg.to_string();
+    for (marker, token) in [(NEG_INF, "-Infinity"), (POS_INF, "Infinity"), (NAN, "NaN")] {
+        let body = &marker[1..];
+        for quoted in [
+            format!("string {:?}", marker),
+            format!("string \"{marker}\""),
+            format!("{:?}", marker),
+            marker.to_string(),
+            format!("\\u{{0}}{body}"),
+        ] {
+            out = out.replace(&quoted, token);
+        }
+    }
+    out
 }
 
 /// Rewrites bare `Infinity`, `-Infinity` and `NaN` tokens (outside strings) into marker
@@ -139,6 +173,20 @@ mod tests {
         let err = parse_raw("{\n  \"graph_inputs\": [,]\n}").unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("line 2"), "{msg}");
+    }
+
+    #[test]
+    fn top_level_array_and_nan_shapes_read_clearly() {
+        let e = parse_raw("  [1, 2]").unwrap_err().to_string();
+        assert!(e.contains("expected an object at the top level, found an array"), "{e}");
+        let e = parse_raw(
+            r#"{"graph_inputs": [{"name": "x", "shape": [NaN], "dtype": "float32"}],
+               "graph_outputs": [], "weights": [], "weight_name_mapping": {}, "nodes": []}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("invalid type: NaN, expected i64"), "{e}");
+        assert!(!e.contains('\0') && !e.contains("u{0}"), "{e}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ mod op;
 
 pub use attrs::Scalar;
 pub use dtype::DType;
-pub use error::IrError;
+pub use error::{error_chain, IrError};
 pub use ext::{
     base_name, ExtOp, GridPadding, IntOp, Interp, PadMode, Reduction, Window, DATA_DEPENDENT,
 };

@@ -1,15 +1,25 @@
-//! Runtime errors: every variant names the thing at fault (tensor, step, file).
+//! Runtime errors: every variant names the thing at fault (tensor, step, file). A variant
+//! with a `source` does not repeat it in its message (see `npu_ir::error_chain`).
 
 use npu_ir::DType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: String,
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot write {path}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A tensor, arena or weight set larger than the memory limit, refused before allocation.
+    #[error("{what} needs {bytes} bytes, more than the memory limit of {limit} bytes (--max-memory)")]
+    TooLarge { what: String, bytes: u128, limit: u64 },
     #[error("{path}: not a valid safetensors file: {message}")]
     BadSafetensors { path: String, message: String },
     #[error("{path}: tensor '{name}' has unsupported dtype {dtype}")]

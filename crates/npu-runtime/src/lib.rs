@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod dag;
 mod error;
 pub mod fallback;
+pub mod limits;
 pub mod tensor;
 pub mod weights;
 
@@ -16,5 +17,5 @@ pub use backend::{
 };
 pub use cpu::CpuBackend;
 pub use error::{Result, RuntimeError};
-pub use tensor::{read_safetensors, write_safetensors, HostTensor};
+pub use tensor::{read_safetensors, safetensors_bytes, write_safetensors, HostTensor};
 pub use weights::{MemoryWeights, SafetensorsFile, WeightSource};

@@ -18,8 +18,13 @@ pub struct HostTensor {
 impl HostTensor {
     /// Checks that `data` holds exactly `shape`'s elements of `dtype`.
     pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<HostTensor> {
-        let want = shape.iter().product::<usize>() * dtype.size_bytes();
-        if data.len() != want {
+        // Checked in order, as `numel` multiplies: a shape whose running product overflows
+        // is refused even when a later zero dim would make it empty.
+        let want = shape
+            .iter()
+            .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
+        if want != Some(data.len()) {
+            let want = crate::limits::tensor_bytes(&shape, dtype);
             return Err(RuntimeError::Tensor {
                 name: String::new(),
                 message: format!("{dtype}{shape:?} needs {want} bytes, got {}", data.len()),
@@ -247,30 +252,35 @@ pub fn read_safetensors(path: &Path) -> Result<Vec<(String, HostTensor)>> {
         path: p.clone(),
         source,
     })?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
-        RuntimeError::BadSafetensors {
-            path: p.clone(),
-            message: e.to_string(),
-        }
-    })?;
-    let mut out = Vec::new();
-    for (name, view) in st.iter() {
-        let dtype = dtype_from_safetensors(view.dtype()).ok_or_else(|| {
-            RuntimeError::UnsupportedFileDType {
-                path: p.clone(),
-                name: name.to_string(),
-                dtype: format!("{:?}", view.dtype()),
-            }
-        })?;
-        let t = HostTensor::new(dtype, view.shape().to_vec(), view.data().to_vec())?;
-        out.push((name.to_string(), t));
-    }
-    Ok(out)
+    parse_safetensors(&bytes, &p)
 }
 
-/// Writes named tensors to a safetensors file.
+/// Every tensor of safetensors file bytes (in file order); `path` names it in errors.
+pub fn parse_safetensors(bytes: &[u8], path: &str) -> Result<Vec<(String, HostTensor)>> {
+    let index = crate::weights::index_safetensors(bytes, path)?;
+    let mut entries: Vec<_> = index.into_iter().collect();
+    entries.sort_by(|(a, (_, _, sa, ea)), (b, (_, _, sb, eb))| (sa, ea, a).cmp(&(sb, eb, b)));
+    entries
+        .into_iter()
+        .map(|(name, (dtype, shape, s, e))| {
+            let t = HostTensor::new(dtype, shape, bytes[s..e].to_vec())?;
+            Ok((name, t))
+        })
+        .collect()
+}
+
+/// Writes named tensors to a safetensors file (see [`safetensors_bytes`] to write them
+/// elsewhere, e.g. atomically).
 pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<()> {
-    let p = path.display().to_string();
+    let bytes = safetensors_bytes(tensors)?;
+    std::fs::write(path, bytes).map_err(|source| RuntimeError::Write {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Named tensors as the bytes of a safetensors file.
+pub fn safetensors_bytes(tensors: &[(String, HostTensor)]) -> Result<Vec<u8>> {
     let views = tensors
         .iter()
         .map(|(n, t)| {
@@ -286,8 +296,8 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)]) -> Resul
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize_to_file(views, None, path).map_err(|e| RuntimeError::BadSafetensors {
-        path: p,
+    safetensors::serialize(views, None).map_err(|e| RuntimeError::Tensor {
+        name: "outputs".into(),
         message: e.to_string(),
     })
 }

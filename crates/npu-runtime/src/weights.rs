@@ -28,7 +28,7 @@ pub trait WeightSource {
 pub struct SafetensorsFile {
     path: String,
     mmap: memmap2::Mmap,
-    tensors: HashMap<String, (DType, Vec<usize>, usize, usize)>,
+    tensors: SafetensorIndex,
 }
 
 impl SafetensorsFile {
@@ -42,31 +42,7 @@ impl SafetensorsFile {
         // SAFETY: the file is mapped read-only; a concurrent truncation by another process
         // is outside what this program can defend against, as with every mmap reader.
         let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let bad = |message: String| RuntimeError::BadSafetensors {
-            path: p.clone(),
-            message,
-        };
-        let (n, meta) =
-            safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| bad(e.to_string()))?;
-        let base = 8 + n;
-        let mut tensors = HashMap::new();
-        for (name, info) in meta.tensors() {
-            let dtype = dtype_from_safetensors(info.dtype).ok_or_else(|| {
-                RuntimeError::UnsupportedFileDType {
-                    path: p.clone(),
-                    name: name.clone(),
-                    dtype: format!("{:?}", info.dtype),
-                }
-            })?;
-            let (s, e) = info.data_offsets;
-            let want = info.shape.iter().product::<usize>() * dtype.size_bytes();
-            if e < s || base + e > mmap.len() || e - s != want {
-                return Err(bad(format!(
-                    "tensor '{name}' has bad data offsets {s}..{e}"
-                )));
-            }
-            tensors.insert(name, (dtype, info.shape.clone(), base + s, base + e));
-        }
+        let tensors = index_safetensors(&mmap, &p)?;
         Ok(SafetensorsFile {
             path: p,
             mmap,
@@ -92,6 +68,56 @@ impl WeightSource for SafetensorsFile {
         })
     }
 }
+
+/// Where each tensor of a safetensors file lies: name -> (dtype, shape, start, end) in
+/// `bytes`. Every shape's byte size is computed with checked arithmetic and must equal its
+/// data range inside the file; `path` names the file in errors.
+pub fn index_safetensors(bytes: &[u8], path: &str) -> Result<SafetensorIndex> {
+    let bad = |message: String| RuntimeError::BadSafetensors {
+        path: path.to_string(),
+        message,
+    };
+    let (n, meta) =
+        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
+    let base = n
+        .checked_add(8)
+        .ok_or_else(|| bad("header length overflows".into()))?;
+    let mut tensors = HashMap::new();
+    for (name, info) in meta.tensors() {
+        let dtype = dtype_from_safetensors(info.dtype).ok_or_else(|| {
+            RuntimeError::UnsupportedFileDType {
+                path: path.to_string(),
+                name: name.clone(),
+                dtype: format!("{:?}", info.dtype),
+            }
+        })?;
+        let (s, e) = info.data_offsets;
+        // Checked in order, as `numel` multiplies (see `HostTensor::new`).
+        let want = info
+            .shape
+            .iter()
+            .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
+        let range = base
+            .checked_add(s)
+            .zip(base.checked_add(e))
+            .filter(|&(a, b)| a <= b && b <= bytes.len());
+        match (want, range) {
+            (Some(w), Some((a, b))) if b - a == w => {
+                tensors.insert(name, (dtype, info.shape.clone(), a, b));
+            }
+            _ => {
+                return Err(bad(format!(
+                    "tensor '{name}' {dtype}{:?} has bad data offsets {s}..{e}",
+                    info.shape
+                )))
+            }
+        }
+    }
+    Ok(tensors)
+}
+
+/// name -> (dtype, shape, start, end) of a safetensors file's tensors.
+pub type SafetensorIndex = HashMap<String, (DType, Vec<usize>, usize, usize)>;
 
 /// In-memory weights (tests, programmatic use).
 #[derive(Default)]

@@ -8,6 +8,10 @@ use crate::graph::{remove_nodes, CGraph, FusedOp, Module, Op, Uses};
 use npu_ir::{BinaryOp, Op as IrOp, UnaryOp, ValueId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+/// The most nodes one fused expression takes: bounds the kernel's size and keeps its
+/// external inputs well within `Instr::Load`'s u16 index.
+const MAX_GROUP: usize = 1024;
+
 fn is_elementwise(op: &Op) -> bool {
     matches!(
         op,
@@ -27,24 +31,75 @@ struct Builder<'a> {
     members: &'a HashSet<usize>,
     ext: Vec<ValueId>,
     code: Vec<Instr>,
+    /// Operand holes of the node `emit` wrote: (position in `code`, value); [`Builder::build`]
+    /// fills them with the producer's code or a load.
+    holes: Vec<(usize, ValueId)>,
+    ext_index: HashMap<ValueId, usize>,
+}
+
+/// One node's code being written out by [`Builder::build`].
+struct Frame {
+    code: Vec<Instr>,
+    holes: Vec<(usize, ValueId)>,
+    at: usize,
+    hole: usize,
 }
 
 impl Builder<'_> {
+    /// Marks an operand: a hole that `build` fills (no recursion, so a group may be a
+    /// chain of any length).
     fn operand(&mut self, v: ValueId) {
-        if let Some((p, _)) = self.uses.producer[v.idx()] {
-            if self.members.contains(&p) {
-                self.emit(p);
-                return;
+        self.holes.push((self.code.len(), v));
+        self.code.push(Instr::Load(u16::MAX));
+    }
+
+    /// Node `n`'s own code with its operand holes.
+    fn fragment(&mut self, n: usize) -> Frame {
+        self.code.clear();
+        self.holes.clear();
+        self.emit(n);
+        Frame {
+            code: std::mem::take(&mut self.code),
+            holes: std::mem::take(&mut self.holes),
+            at: 0,
+            hole: 0,
+        }
+    }
+
+    /// The postfix code of the group rooted at `root` into `code`, depth first, left
+    /// operand first, external inputs numbered in first-use order; iterative.
+    fn build(&mut self, root: usize) {
+        let mut out = Vec::new();
+        let mut stack = vec![self.fragment(root)];
+        while let Some(f) = stack.last_mut() {
+            if f.at == f.code.len() {
+                stack.pop();
+                continue;
+            }
+            let hole = f.holes.get(f.hole).filter(|h| h.0 == f.at).map(|h| h.1);
+            let instr = f.code[f.at].clone();
+            f.at += 1;
+            let Some(v) = hole else {
+                out.push(instr);
+                continue;
+            };
+            f.hole += 1;
+            match self.uses.producer[v.idx()] {
+                Some((p, _)) if self.members.contains(&p) => {
+                    let frame = self.fragment(p);
+                    stack.push(frame);
+                }
+                _ => {
+                    let next = self.ext.len();
+                    let k = *self.ext_index.entry(v).or_insert(next);
+                    if k == next {
+                        self.ext.push(v);
+                    }
+                    out.push(Instr::Load(k as u16));
+                }
             }
         }
-        let k = match self.ext.iter().position(|e| *e == v) {
-            Some(k) => k,
-            None => {
-                self.ext.push(v);
-                self.ext.len() - 1
-            }
-        };
-        self.code.push(Instr::Load(k as u16));
+        self.code = out;
     }
 
     fn emit(&mut self, n: usize) {
@@ -123,8 +178,8 @@ pub fn fuse_elementwise(m: &mut Module) -> BTreeMap<String, usize> {
             if !seen.insert(p) || !uses.single_use(v) || &g.ty(v).shape != out_shape {
                 continue;
             }
-            if let Some(sub) = members.remove(&p) {
-                group.extend(sub);
+            if members.get(&p).is_some_and(|sub| group.len() + sub.len() <= MAX_GROUP) {
+                group.extend(members.remove(&p).unwrap_or_default());
             }
         }
         members.insert(n, group);
@@ -145,8 +200,10 @@ pub fn fuse_elementwise(m: &mut Module) -> BTreeMap<String, usize> {
             members: &set,
             ext: Vec::new(),
             code: Vec::new(),
+            holes: Vec::new(),
+            ext_index: HashMap::new(),
         };
-        b.emit(root);
+        b.build(root);
         let has = |pred: &dyn Fn(&Op) -> bool| group.iter().any(|&i| pred(&g.nodes[i].op));
         let unary = |u: UnaryOp| move |op: &Op| matches!(op, Op::Ir(IrOp::Unary(x)) if *x == u);
         let bin = |o: BinaryOp| move |op: &Op| matches!(op, Op::Ir(IrOp::Binary { op: x, .. }) if *x == o);

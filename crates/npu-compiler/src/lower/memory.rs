@@ -4,6 +4,8 @@
 //! indices) overlap never share bytes. Buffers are placed largest first at the lowest
 //! aligned offset that fits between already placed, overlapping buffers.
 
+use std::collections::BTreeSet;
+
 /// Alignment of every buffer in the arena, in bytes.
 pub const ALIGN: u64 = 64;
 
@@ -15,24 +17,36 @@ pub struct Interval {
 }
 
 /// Returns (offset per buffer, arena size).
+///
+/// O((n + k) log n) for n buffers that overlap k placed buffers in all: the placed buffers
+/// overlapping one are found through a segment tree over steps (those live at its first
+/// step) and an ordered set of first steps (those starting inside its range), never by
+/// scanning every placed buffer.
 pub fn plan(bufs: &[Interval]) -> (Vec<u64>, u64) {
     let mut order: Vec<usize> = (0..bufs.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(bufs[i].bytes), bufs[i].first));
+    let span = |b: &Interval| (b.first, b.last.max(b.first));
+    let steps = bufs.iter().map(|b| span(b).1 + 1).max().unwrap_or(0);
+    let mut live_at = Stabbing::new(steps);
+    let mut starts: BTreeSet<(usize, usize)> = BTreeSet::new();
     let mut offsets = vec![0u64; bufs.len()];
-    let mut placed: Vec<usize> = Vec::new();
+    let padded = |b: &Interval| b.bytes.div_ceil(ALIGN) * ALIGN;
     let mut total = 0;
+    let mut overlapping = Vec::new();
     for i in order {
         let b = &bufs[i];
-        let size = b.bytes.div_ceil(ALIGN) * ALIGN;
-        let mut taken: Vec<(u64, u64)> = placed
+        let (first, last) = span(b);
+        let size = padded(b);
+        overlapping.clear();
+        live_at.query(first, &mut overlapping);
+        overlapping.extend(
+            starts
+                .range((first + 1, 0)..=(last, usize::MAX))
+                .map(|&(_, j)| j),
+        );
+        let mut taken: Vec<(u64, u64)> = overlapping
             .iter()
-            .filter(|&&j| bufs[j].first <= b.last && b.first <= bufs[j].last)
-            .map(|&j| {
-                (
-                    offsets[j],
-                    offsets[j] + bufs[j].bytes.div_ceil(ALIGN) * ALIGN,
-                )
-            })
+            .map(|&j| (offsets[j], offsets[j] + padded(&bufs[j])))
             .collect();
         taken.sort_unstable();
         let mut at = 0;
@@ -44,9 +58,61 @@ pub fn plan(bufs: &[Interval]) -> (Vec<u64>, u64) {
         }
         offsets[i] = at;
         total = total.max(at + size);
-        placed.push(i);
+        live_at.insert(first, last, i);
+        starts.insert((first, i));
     }
     (offsets, total)
+}
+
+/// A segment tree over steps `0..n` whose nodes list the intervals covering them:
+/// `query(p)` yields every inserted interval containing step `p`, each once.
+struct Stabbing {
+    n: usize,
+    nodes: Vec<Vec<usize>>,
+}
+
+impl Stabbing {
+    fn new(n: usize) -> Stabbing {
+        Stabbing {
+            n,
+            nodes: vec![Vec::new(); 4 * n.max(1)],
+        }
+    }
+
+    /// Adds interval `id` covering steps `lo..=hi` (iteratively, an explicit stack).
+    fn insert(&mut self, lo: usize, hi: usize, id: usize) {
+        let mut stack = vec![(1usize, 0usize, self.n.max(1) - 1)];
+        while let Some((node, l, r)) = stack.pop() {
+            if hi < l || r < lo {
+                continue;
+            }
+            if lo <= l && r <= hi {
+                self.nodes[node].push(id);
+                continue;
+            }
+            let m = (l + r) / 2;
+            stack.push((2 * node, l, m));
+            stack.push((2 * node + 1, m + 1, r));
+        }
+    }
+
+    fn query(&self, p: usize, out: &mut Vec<usize>) {
+        let (mut node, mut l, mut r) = (1usize, 0usize, self.n.max(1) - 1);
+        loop {
+            out.extend_from_slice(&self.nodes[node]);
+            if l == r {
+                return;
+            }
+            let m = (l + r) / 2;
+            if p <= m {
+                node *= 2;
+                r = m;
+            } else {
+                node = 2 * node + 1;
+                l = m + 1;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use crate::error::Violation;
 use crate::graph::CGraph;
+use crate::passes::validate;
 use crate::target::{operand_reason, Target};
 
 pub fn check(g: &CGraph, target: &Target) -> Vec<Violation> {
@@ -11,7 +12,8 @@ pub fn check(g: &CGraph, target: &Target) -> Vec<Violation> {
         // report per node.
         let reason = target
             .unsupported_reason(node)
-            .or_else(|| node.op.ir().and_then(|op| operand_reason(op, node, g)));
+            .or_else(|| node.op.ir().and_then(|op| operand_reason(op, node, g)))
+            .or_else(|| validate::node_problem(node.op.ir(), node, g));
         let reason = reason.or_else(|| {
             node.outputs.iter().chain(&node.inputs).find_map(|v| {
                 let val = g.value(*v);

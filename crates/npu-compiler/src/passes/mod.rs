@@ -5,3 +5,4 @@ pub mod canonicalize;
 pub mod check;
 pub mod dce;
 pub mod layout;
+pub mod validate;

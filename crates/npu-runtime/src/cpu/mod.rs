@@ -52,6 +52,14 @@ impl Buf {
             len,
         }
     }
+    /// A zeroed buffer, or an error when it exceeds the memory limit or the allocator
+    /// refuses (never an abort); `what` names it.
+    fn try_zeros(len: usize, what: &str) -> Result<Buf> {
+        Ok(Buf {
+            store: Store::Words(crate::limits::try_zeroed(len.div_ceil(8), what)?),
+            len,
+        })
+    }
     /// Takes `v` without copying when it is 8-aligned (as the system allocator returns it).
     fn from_vec(v: Vec<u8>) -> Buf {
         if (v.as_ptr() as usize) & 7 == 0 {
@@ -248,18 +256,21 @@ impl CpuExecutable {
                 state_input[i as usize] = true;
             }
         }
+        // Sizes first: nothing is allocated for a program that cannot fit.
+        crate::limits::check_program(&program)?;
+        let io_buf = |t: &IoTensor| Buf::try_zeros(io_bytes(t), &format!("tensor '{}'", t.name));
         let inputs = program
             .inputs
             .iter()
             .zip(&state_input)
-            .map(|(t, &st)| (!st).then(|| Buf::zeros(io_bytes(t))))
-            .collect();
+            .map(|(t, &st)| (!st).then(|| io_buf(t)).transpose())
+            .collect::<Result<_>>()?;
         let outputs = program
             .outputs
             .iter()
             .zip(&donates)
-            .map(|(t, d)| d.is_none().then(|| Buf::zeros(io_bytes(t))))
-            .collect();
+            .map(|(t, d)| d.is_none().then(|| io_buf(t)).transpose())
+            .collect::<Result<_>>()?;
         check_sources(&program, weights)?;
         let source_name = weights.describe();
         let mut built = Vec::with_capacity(program.weights.len());
@@ -283,7 +294,10 @@ impl CpuExecutable {
         let mut consts = Vec::new();
         for c in &program.constants {
             let n: usize = c.shape.iter().product();
-            let mut buf = Buf::zeros(n * c.dtype.size_bytes());
+            let mut buf = Buf::try_zeros(
+                n * c.dtype.size_bytes(),
+                &format!("constant '{}'", c.name),
+            )?;
             match &c.values {
                 ConstValues::Float(v) if v.len() == n => {
                     for (i, &x) in v.iter().enumerate() {
@@ -304,7 +318,10 @@ impl CpuExecutable {
             }
             consts.push(buf);
         }
-        let arena = Buf::zeros(program.arena_bytes as usize);
+        let arena = Buf::try_zeros(
+            usize::try_from(program.arena_bytes).unwrap_or(usize::MAX),
+            "the arena",
+        )?;
         let n_in = program.inputs.len();
         Ok(CpuExecutable {
             program,
@@ -376,14 +393,14 @@ impl CpuExecutable {
 
 /// The state buffer for a state input, created zeroed on first use.
 fn ensure_state<'a>(state: &'a mut CpuState, io: &IoTensor) -> Result<&'a mut StateBuf> {
-    let s = state
-        .bufs
-        .entry(io.name.clone())
-        .or_insert_with(|| StateBuf {
+    let s = match state.bufs.entry(io.name.clone()) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(StateBuf {
             dtype: io.storage,
             shape: io.shape.clone(),
-            buf: Buf::zeros(io_bytes(io)),
-        });
+            buf: Buf::try_zeros(io_bytes(io), &format!("state '{}'", io.name))?,
+        }),
+    };
     if s.dtype != io.storage || s.shape != io.shape {
         return Err(RuntimeError::State {
             name: io.name.clone(),

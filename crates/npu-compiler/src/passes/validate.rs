@@ -1,0 +1,378 @@
+//! Shape and attribute validation of the ops the compiler lowers: one answer, used by both
+//! `check` and `compile` (through [`crate::passes::check`]), so anything `check` accepts
+//! lowers. It runs before fusion, so a problem names the IR node at fault (the `linear`,
+//! not the `gelu` a fused `linear+gelu` later replaces).
+//!
+//! Invariant: when [`node_problem`] returns `None` for every node, lowering cannot fail on
+//! a dim out of range, a mismatched contraction, an unbroadcastable operand, a slice past
+//! the end or a rank beyond [`MAX_RANK`].
+
+use crate::graph::norm_dim;
+use npu_ir::{Graph, Node, Op as IrOp, TensorType};
+
+/// The most dims a tensor may have: bindings and kernels index up to 8 dims.
+pub const MAX_RANK: usize = 8;
+
+/// The first problem with `node` (generic over the graph's op type; `op` is its IR op, or
+/// `None` for a fused op, of which only ranks are checked), or `None`.
+pub fn node_problem<O>(op: Option<&IrOp>, node: &Node<O>, g: &Graph<O>) -> Option<String> {
+    for &v in node.inputs.iter().chain(&node.outputs) {
+        let t = g.ty(v);
+        if t.rank() > MAX_RANK {
+            return Some(format!(
+                "tensor '{}' has rank {} (at most {MAX_RANK} dims are supported)",
+                g.value(v).name,
+                t.rank()
+            ));
+        }
+    }
+    let op = op?;
+    let ins: Vec<&TensorType> = node.inputs.iter().map(|&v| g.ty(v)).collect();
+    let outs: Vec<&TensorType> = node.outputs.iter().map(|&v| g.ty(v)).collect();
+    op_problem(op, &ins, &outs).err()
+}
+
+type Check = Result<(), String>;
+
+fn need(ins: &[&TensorType], n: usize, what: &str) -> Check {
+    if ins.len() < n {
+        return Err(format!("{what} needs {n} operand(s), got {}", ins.len()));
+    }
+    Ok(())
+}
+
+fn out0<'a>(outs: &[&'a TensorType]) -> Result<&'a [usize], String> {
+    outs.first()
+        .map(|t| t.shape.as_slice())
+        .ok_or_else(|| "has no output".to_string())
+}
+
+fn dim(d: i64, rank: usize, what: &str) -> Result<usize, String> {
+    norm_dim(d, rank).ok_or_else(|| format!("{what} dim {d} is out of range for rank {rank}"))
+}
+
+/// True when `small` broadcasts to `big` (numpy rules, right-aligned).
+fn broadcasts(small: &[usize], big: &[usize]) -> bool {
+    small.len() <= big.len()
+        && small
+            .iter()
+            .rev()
+            .zip(big.iter().rev())
+            .all(|(s, b)| *s == 1 || s == b)
+}
+
+fn same_shape(what: &str, got: &[usize], want: &[usize]) -> Check {
+    if got != want {
+        return Err(format!("{what} is {got:?}, expected {want:?}"));
+    }
+    Ok(())
+}
+
+fn numel(s: &[usize]) -> Option<usize> {
+    s.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
+fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
+    match op {
+        IrOp::Unary(_) | IrOp::BinaryScalar { .. } | IrOp::Clamp { .. } | IrOp::Cast => {
+            need(ins, 1, &op.name())?;
+            let out = out0(outs)?;
+            if !broadcasts(&ins[0].shape, out) {
+                return Err(format!(
+                    "operand {:?} does not broadcast to the output {out:?}",
+                    ins[0].shape
+                ));
+            }
+        }
+        IrOp::Binary { .. } => {
+            let out = out0(outs)?;
+            for t in ins {
+                if !broadcasts(&t.shape, out) {
+                    return Err(format!(
+                        "operand {:?} does not broadcast to the output {out:?}",
+                        t.shape
+                    ));
+                }
+            }
+        }
+        IrOp::Linear => {
+            need(ins, 2, "linear")?;
+            let (x, w) = (&ins[0].shape, &ins[1].shape);
+            let (Some(&k), &[n, wk]) = (x.last(), &w[..]) else {
+                return Err(format!(
+                    "linear needs x [.., K] and weight [N, K], got {x:?} and {w:?}"
+                ));
+            };
+            if k != wk {
+                return Err(format!(
+                    "linear: x {x:?} has K={k}, weight {w:?} has K={wk}"
+                ));
+            }
+            let mut want = x[..x.len() - 1].to_vec();
+            want.push(n);
+            same_shape("linear output", out0(outs)?, &want)?;
+            if let Some(b) = ins.get(2) {
+                if !broadcasts(&b.shape, &want) {
+                    return Err(format!("linear bias {:?} does not broadcast to {want:?}", b.shape));
+                }
+            }
+        }
+        IrOp::Matmul => {
+            need(ins, 2, "matmul")?;
+            let want = matmul_shape(&ins[0].shape, &ins[1].shape)?;
+            same_shape("matmul output", out0(outs)?, &want)?;
+        }
+        IrOp::Addmm { .. } => {
+            need(ins, 3, "addmm")?;
+            let (a, b) = (&ins[1].shape, &ins[2].shape);
+            if a.len() != 2 || b.len() != 2 || a[1] != b[0] {
+                return Err(format!("addmm of {a:?} and {b:?}"));
+            }
+            let want = vec![a[0], b[1]];
+            same_shape("addmm output", out0(outs)?, &want)?;
+            if !broadcasts(&ins[0].shape, &want) {
+                return Err(format!(
+                    "addmm bias {:?} does not broadcast to {want:?}",
+                    ins[0].shape
+                ));
+            }
+        }
+        IrOp::Softmax { dim: d, .. } => {
+            need(ins, 1, "softmax")?;
+            let x = &ins[0].shape;
+            dim(*d, x.len().max(1), "softmax")?;
+            same_shape("softmax output", out0(outs)?, x)?;
+        }
+        IrOp::Mean { dims, .. } | IrOp::Sum { dims, .. } => {
+            need(ins, 1, &op.name())?;
+            let rank = ins[0].rank();
+            for &d in dims {
+                dim(d, rank, &op.name())?;
+            }
+        }
+        IrOp::Transpose { dim0, dim1 } => {
+            need(ins, 1, "transpose")?;
+            let x = &ins[0].shape;
+            let (a, b) = (dim(*dim0, x.len(), "transpose")?, dim(*dim1, x.len(), "transpose")?);
+            let mut want = x.clone();
+            want.swap(a, b);
+            same_shape("transpose output", out0(outs)?, &want)?;
+        }
+        IrOp::Permute { dims } => {
+            need(ins, 1, "permute")?;
+            let x = &ins[0].shape;
+            let p: Vec<usize> = dims
+                .iter()
+                .map(|&d| dim(d, x.len(), "permute"))
+                .collect::<Result<_, _>>()?;
+            let mut seen = vec![false; x.len()];
+            if p.len() != x.len() || p.iter().any(|&i| std::mem::replace(&mut seen[i], true)) {
+                return Err(format!("permute {dims:?} is not a permutation of {} dims", x.len()));
+            }
+            let want: Vec<usize> = p.iter().map(|&i| x[i]).collect();
+            same_shape("permute output", out0(outs)?, &want)?;
+        }
+        IrOp::Reshape => {
+            need(ins, 1, "reshape")?;
+            let out = out0(outs)?;
+            if numel(&ins[0].shape) != numel(out) {
+                return Err(format!("reshape of {:?} to {out:?}", ins[0].shape));
+            }
+        }
+        IrOp::Expand { .. } => {
+            need(ins, 1, "expand")?;
+            let out = out0(outs)?;
+            if !broadcasts(&ins[0].shape, out) {
+                return Err(format!("expand of {:?} to {out:?}", ins[0].shape));
+            }
+        }
+        IrOp::Slice {
+            dim: d,
+            start,
+            step,
+            ..
+        } => {
+            need(ins, 1, "slice")?;
+            let x = &ins[0].shape;
+            let d = dim(*d, x.len(), "slice")?;
+            if *step <= 0 {
+                return Err(format!("slice step {step} (must be positive)"));
+            }
+            let out = out0(outs)?;
+            if out.len() != x.len() {
+                return Err(format!("slice of {x:?} to {out:?}"));
+            }
+            let n = x[d] as i128;
+            let s = if *start < 0 {
+                (*start as i128 + n).max(0)
+            } else {
+                (*start as i128).min(n)
+            };
+            let len = out[d] as i128;
+            if len > 0 && s + (len - 1) * *step as i128 >= n {
+                return Err(format!(
+                    "slice of {len} elements from {s} by {step} reaches past the end of dim {d} ({n})"
+                ));
+            }
+            for (i, (a, b)) in x.iter().zip(out).enumerate() {
+                if i != d && a != b {
+                    return Err(format!("slice of {x:?} to {out:?}"));
+                }
+            }
+        }
+        IrOp::Cat { dim: d } => {
+            let out = out0(outs)?;
+            let d = dim(*d, out.len(), "cat")?;
+            let mut total = 0usize;
+            for t in ins {
+                if t.numel() == 0 {
+                    continue;
+                }
+                let ok = t.rank() == out.len()
+                    && t.shape.iter().zip(out).enumerate().all(|(i, (a, b))| i == d || a == b);
+                if !ok {
+                    return Err(format!("cat operand {:?} does not fit the output {out:?}", t.shape));
+                }
+                total = total.saturating_add(t.shape[d]);
+            }
+            if total != out[d] {
+                return Err(format!("cat operands sum to {total} along dim {d}, the output has {}", out[d]));
+            }
+        }
+        IrOp::Chunk { dim: d, .. } | IrOp::Split { dim: d, .. } => {
+            need(ins, 1, &op.name())?;
+            let x = &ins[0].shape;
+            let d = dim(*d, x.len(), &op.name())?;
+            let mut total = 0usize;
+            for o in outs {
+                if o.rank() != x.len() {
+                    return Err(format!("{} of {x:?} into {:?}", op.name(), o.shape));
+                }
+                total = total.saturating_add(o.shape[d]);
+            }
+            if total > x[d] {
+                return Err(format!("{} outputs take {total} of dim {d}, the input has {}", op.name(), x[d]));
+            }
+        }
+        IrOp::IndexCopy { dim: d } => {
+            need(ins, 3, "index_copy")?;
+            dim(*d, ins[0].rank(), "index_copy")?;
+            if ins[1].dtype.is_float() {
+                return Err("index_copy index must be integer".into());
+            }
+        }
+        IrOp::Conv2d { groups, .. } => {
+            need(ins, 2, "conv2d")?;
+            let (x, w) = (&ins[0].shape, &ins[1].shape);
+            if x.len() != 4 || w.len() != 4 {
+                return Err(format!("conv2d of {x:?} with weight {w:?} (needs 4-D)"));
+            }
+            if *groups == 0 || x[1] != w[1] * groups || w[0] % groups != 0 {
+                return Err(format!(
+                    "conv2d: input {x:?}, weight {w:?} and groups {groups} disagree on channels"
+                ));
+            }
+        }
+        IrOp::LayerNorm {
+            normalized_shape, ..
+        } => {
+            need(ins, 1, "layer_norm")?;
+            let x = &ins[0].shape;
+            if !x.ends_with(normalized_shape) {
+                return Err(format!("layer_norm over {normalized_shape:?} of {x:?}"));
+            }
+        }
+        IrOp::Embedding => {
+            need(ins, 2, "embedding")?;
+            if ins[0].rank() != 2 {
+                return Err(format!("embedding table {:?} is not 2-D", ins[0].shape));
+            }
+            if ins[1].dtype.is_float() {
+                return Err("embedding indices must be integers".into());
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `torch.matmul`'s result shape (1-D operands promoted, batch dims broadcast).
+fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    if a.is_empty() || b.is_empty() {
+        return Err("matmul of a 0-d tensor".into());
+    }
+    let (m, k) = if a.len() == 1 { (None, a[0]) } else { (Some(a[a.len() - 2]), a[a.len() - 1]) };
+    let (kb, n) = if b.len() == 1 { (b[0], None) } else { (b[b.len() - 2], Some(b[b.len() - 1])) };
+    if k != kb {
+        return Err(format!("matmul of {a:?} and {b:?}: inner dims differ ({k} vs {kb})"));
+    }
+    let ba = &a[..a.len().saturating_sub(2)];
+    let bb = &b[..b.len().saturating_sub(2)];
+    let rank = ba.len().max(bb.len());
+    let mut out = Vec::with_capacity(rank + 2);
+    for i in 0..rank {
+        let da = (i + ba.len()).checked_sub(rank).map_or(1, |j| ba[j]);
+        let db = (i + bb.len()).checked_sub(rank).map_or(1, |j| bb[j]);
+        out.push(match (da, db) {
+            (1, d) | (d, 1) => d,
+            (x, y) if x == y => x,
+            _ => return Err(format!("matmul batch dims {ba:?} and {bb:?} do not broadcast")),
+        });
+    }
+    out.extend(m);
+    out.extend(n);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use npu_ir::DType;
+
+    fn t(shape: &[usize]) -> TensorType {
+        TensorType {
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+        }
+    }
+
+    fn problem(op: IrOp, ins: &[&[usize]], outs: &[&[usize]]) -> Option<String> {
+        let ins: Vec<TensorType> = ins.iter().map(|s| t(s)).collect();
+        let outs: Vec<TensorType> = outs.iter().map(|s| t(s)).collect();
+        op_problem(&op, &ins.iter().collect::<Vec<_>>(), &outs.iter().collect::<Vec<_>>()).err()
+    }
+
+    #[test]
+    fn linear_k_mismatch_and_softmax_dim_are_refused() {
+        let e = problem(IrOp::Linear, &[&[2, 16], &[8, 17]], &[&[2, 8]]).unwrap();
+        assert!(e.contains("K=16") && e.contains("K=17"), "{e}");
+        assert_eq!(problem(IrOp::Linear, &[&[2, 16], &[8, 16]], &[&[2, 8]]), None);
+        let sm = |dim| IrOp::Softmax { dim, dtype: None };
+        let e = problem(sm(7), &[&[2, 3]], &[&[2, 3]]).unwrap();
+        assert!(e.contains("dim 7"), "{e}");
+        assert_eq!(problem(sm(-1), &[&[2, 3]], &[&[2, 3]]), None);
+    }
+
+    #[test]
+    fn matmul_shapes_follow_torch() {
+        assert_eq!(matmul_shape(&[4], &[4]).unwrap(), Vec::<usize>::new());
+        assert_eq!(matmul_shape(&[2, 1, 3, 4], &[5, 4, 6]).unwrap(), vec![2, 5, 3, 6]);
+        assert!(matmul_shape(&[3, 4], &[5, 6]).is_err());
+        assert!(matmul_shape(&[2, 3, 4], &[3, 4, 6]).is_err());
+    }
+
+    #[test]
+    fn views_are_checked() {
+        let tr = IrOp::Transpose { dim0: 0, dim1: 5 };
+        assert!(problem(tr, &[&[2, 3]], &[&[3, 2]]).is_some());
+        let sl = IrOp::Slice {
+            dim: 0,
+            start: 2,
+            end: 10,
+            step: 1,
+        };
+        assert!(problem(sl, &[&[4]], &[&[3]]).unwrap().contains("past the end"));
+        let p = IrOp::Permute { dims: vec![0, 0] };
+        assert!(problem(p, &[&[2, 2]], &[&[2, 2]]).is_some());
+    }
+}
