@@ -39,11 +39,13 @@ pub fn plan(bufs: &[Interval]) -> (Vec<u64>, u64) {
         let size = padded(b);
         overlapping.clear();
         live_at.query(first, &mut overlapping);
-        overlapping.extend(
-            starts
-                .range((first + 1, 0)..=(last, usize::MAX))
-                .map(|&(_, j)| j),
-        );
+        if last > first {
+            overlapping.extend(
+                starts
+                    .range((first + 1, 0)..=(last, usize::MAX))
+                    .map(|&(_, j)| j),
+            );
+        }
         let mut taken: Vec<(u64, u64)> = overlapping
             .iter()
             .map(|&j| (offsets[j], offsets[j] + padded(&bufs[j])))
