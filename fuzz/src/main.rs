@@ -58,7 +58,9 @@ fn main() -> ExitCode {
             let files = if p.is_dir() {
                 read_dir(&p)
             } else {
-                std::fs::read(&p).map(|b| vec![(p.clone(), b)]).unwrap_or_default()
+                std::fs::read(&p)
+                    .map(|b| vec![(p.clone(), b)])
+                    .unwrap_or_default()
             };
             for (path, data) in files {
                 n += 1;
@@ -69,10 +71,21 @@ fn main() -> ExitCode {
             }
         }
         println!("{}: replayed {n} input(s), {failed} crash(es)", t.name);
-        return if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        return if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
     }
     let mut log = std::io::stderr();
-    match fuzz(t, &corpus, &artifacts, Duration::from_secs(seconds), seed, &mut log) {
+    match fuzz(
+        t,
+        &corpus,
+        &artifacts,
+        Duration::from_secs(seconds),
+        seed,
+        &mut log,
+    ) {
         Ok(s) => {
             println!(
                 "{}: {} execs in {seconds} s ({:.0}/s), {} crashes, {} slow (> 2 s), {} outcome classes, corpus {}",

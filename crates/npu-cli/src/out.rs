@@ -84,9 +84,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let name = target.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")
-    })?;
+    let name = target
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
     if target.is_dir() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::IsADirectory,
@@ -140,7 +140,10 @@ mod tests {
         // The output's directory does not exist: nothing can be created.
         let p = d.join("missing").join("x.npubin");
         let e = format!("{:#}", write_file(&p, b"x").unwrap_err());
-        assert!(e.starts_with(&format!("cannot write {}:", p.display())), "{e}");
+        assert!(
+            e.starts_with(&format!("cannot write {}:", p.display())),
+            "{e}"
+        );
         assert!(!e.contains(".tmp"), "{e}");
         // A directory in the way.
         let e = format!("{:#}", write_file(&d, b"x").unwrap_err());

@@ -120,8 +120,14 @@ fn refuse(class: &str, args: &[&str], want: &str) {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "{class}: one line expected, got: {err}");
     assert!(lines[0].starts_with("error: "), "{class}: {err}");
-    assert!(lines[0].contains(want), "{class}: expected '{want}' in: {err}");
-    assert!(!repeats_a_cause(lines[0]), "{class}: a cause repeats: {err}");
+    assert!(
+        lines[0].contains(want),
+        "{class}: expected '{want}' in: {err}"
+    );
+    assert!(
+        !repeats_a_cause(lines[0]),
+        "{class}: a cause repeats: {err}"
+    );
     for (p, h) in inputs {
         assert_eq!(hash(&p), h, "{class}: {} changed", p.display());
     }
@@ -133,9 +139,21 @@ fn ir_json_classes() {
     let mlp = std::fs::read_to_string(fixture("mlp/model.ir.json")).unwrap();
     let o = d.path("o.npubin");
     let cases: Vec<(&str, String, &str)> = vec![
-        ("garbage", "{\"graph_inputs\": [".into(), "malformed IR JSON at line 1"),
-        ("truncated", mlp[..mlp.len() / 2].into(), "malformed IR JSON"),
-        ("top-level array", "[1, 2]".into(), "expected an object at the top level"),
+        (
+            "garbage",
+            "{\"graph_inputs\": [".into(),
+            "malformed IR JSON at line 1",
+        ),
+        (
+            "truncated",
+            mlp[..mlp.len() / 2].into(),
+            "malformed IR JSON",
+        ),
+        (
+            "top-level array",
+            "[1, 2]".into(),
+            "expected an object at the top level",
+        ),
         ("empty file", "".into(), "found nothing"),
         ("binary", "\u{0}\u{1}\u{2}".into(), "expected an object"),
         (
@@ -155,7 +173,11 @@ fn ir_json_classes() {
         ),
         (
             "wrong producer",
-            mlp.replacen("\"producer_node\": \"x\"", "\"producer_node\": \"nowhere\"", 1),
+            mlp.replacen(
+                "\"producer_node\": \"x\"",
+                "\"producer_node\": \"nowhere\"",
+                1,
+            ),
             "refers to producer 'nowhere'",
         ),
         (
@@ -180,7 +202,11 @@ fn ir_json_classes() {
         ),
         (
             "unicode names",
-            mlp.replacen("\"producer_node\": \"x\"", "\"producer_node\": \"\u{202e}x\u{1F600}\"", 1),
+            mlp.replacen(
+                "\"producer_node\": \"x\"",
+                "\"producer_node\": \"\u{202e}x\u{1F600}\"",
+                1,
+            ),
             "refers to producer",
         ),
     ];
@@ -203,7 +229,10 @@ fn check_and_compile_agree_and_name_the_node_at_fault() {
             node(
                 "linear",
                 "aten.linear.default",
-                vec![tp("x", json!([2, 16]), "float32", "x"), t("w", json!([8, 17]), "float32")],
+                vec![
+                    tp("x", json!([2, 16]), "float32", "x"),
+                    t("w", json!([8, 17]), "float32"),
+                ],
                 vec![t("linear", json!([2, 8]), "float32")],
                 json!({}),
             ),
@@ -283,20 +312,40 @@ fn npubin_and_safetensors_classes() {
     flipped[mid] ^= 0x40;
     let npubins: Vec<(&str, Vec<u8>, &str)> = vec![
         ("not an npubin", b"hello".to_vec(), "not an .npubin file"),
-        ("truncated npubin", good[..good.len() / 2].to_vec(), "truncated .npubin"),
+        (
+            "truncated npubin",
+            good[..good.len() / 2].to_vec(),
+            "truncated .npubin",
+        ),
         ("flipped payload byte", flipped, "payload checksum mismatch"),
-        ("raw bytes in the header", long_dtype, "unknown compute dtype (hex 8081"),
+        (
+            "raw bytes in the header",
+            long_dtype,
+            "unknown compute dtype (hex 8081",
+        ),
     ];
     for (class, bytes, want) in npubins {
         let p = d.file("bad.npubin", bytes);
         refuse(class, &["describe", &p], want);
-        refuse(class, &["run", &p, "--weights", &weights, "--inputs", &io], want);
+        refuse(
+            class,
+            &["run", &p, "--weights", &weights, "--inputs", &io],
+            want,
+        );
     }
     let st_good = std::fs::read(fixture("mlp/weights.safetensors")).unwrap();
     let x = HostTensor::from_f32(vec![2, 16], &[0.5; 32]);
     let sts: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("safetensors garbage", b"\xff\xff\xff\xff\xff\xff\xff\xff{".to_vec(), "not a valid safetensors file"),
-        ("safetensors truncated", st_good[..st_good.len() - 100].to_vec(), "not a valid safetensors file"),
+        (
+            "safetensors garbage",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff{".to_vec(),
+            "not a valid safetensors file",
+        ),
+        (
+            "safetensors truncated",
+            st_good[..st_good.len() - 100].to_vec(),
+            "not a valid safetensors file",
+        ),
         (
             "wrong weight name",
             safetensors_bytes(&[("fc9.weight".into(), x.clone())]).unwrap(),
@@ -305,7 +354,8 @@ fn npubin_and_safetensors_classes() {
         (
             "wrong weight dtype",
             {
-                let mut all = npu_runtime::read_safetensors(&fixture("mlp/weights.safetensors")).unwrap();
+                let mut all =
+                    npu_runtime::read_safetensors(&fixture("mlp/weights.safetensors")).unwrap();
                 for (k, t) in &mut all {
                     if k == "fc1.weight" {
                         *t = HostTensor::from_i64(vec![32, 16], &[1; 512]);
@@ -318,10 +368,18 @@ fn npubin_and_safetensors_classes() {
     ];
     for (class, bytes, want) in sts {
         let w = d.file("bad.safetensors", bytes);
-        refuse(class, &["run", &prog, "--weights", &w, "--inputs", &io], want);
+        refuse(
+            class,
+            &["run", &prog, "--weights", &w, "--inputs", &io],
+            want,
+        );
     }
     let ins: Vec<(&str, Vec<(String, HostTensor)>, &str)> = vec![
-        ("wrong input name", vec![("y".into(), x.clone())], "input 'x' float32[2, 16] is not in"),
+        (
+            "wrong input name",
+            vec![("y".into(), x.clone())],
+            "input 'x' float32[2, 16] is not in",
+        ),
         (
             "wrong input dtype",
             vec![("x".into(), HostTensor::from_i64(vec![2, 16], &[1; 32]))],
@@ -335,7 +393,11 @@ fn npubin_and_safetensors_classes() {
     ];
     for (class, tensors, want) in ins {
         let i = d.file("in.safetensors", safetensors_bytes(&tensors).unwrap());
-        refuse(class, &["run", &prog, "--weights", &weights, "--inputs", &i], want);
+        refuse(
+            class,
+            &["run", &prog, "--weights", &weights, "--inputs", &i],
+            want,
+        );
     }
 }
 
@@ -344,7 +406,16 @@ fn token_ids_and_hostile_arguments() {
     let d = Dir::new("args");
     let compile = |ir: &str, out: &str| {
         let o = Command::new(env!("CARGO_BIN_EXE_npu"))
-            .args(["compile", &fixture(ir).display().to_string(), "-o", out, "--target", "cpu", "--dtype", "f32"])
+            .args([
+                "compile",
+                &fixture(ir).display().to_string(),
+                "-o",
+                out,
+                "--target",
+                "cpu",
+                "--dtype",
+                "f32",
+            ])
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -352,21 +423,44 @@ fn token_ids_and_hostile_arguments() {
     let (pre, dec) = (d.path("prefill.npubin"), d.path("decode.npubin"));
     compile("qwen2.5-tiny/prefill.ir.json", &pre);
     compile("qwen2.5-tiny/decode.ir.json", &dec);
-    let w = fixture("qwen2.5-tiny/weights.safetensors").display().to_string();
+    let w = fixture("qwen2.5-tiny/weights.safetensors")
+        .display()
+        .to_string();
     let gen = |extra: &[&str]| {
-        let mut a = vec!["generate", "--prefill", &pre, "--decode", &dec, "--weights", &w];
+        let mut a = vec![
+            "generate",
+            "--prefill",
+            &pre,
+            "--decode",
+            &dec,
+            "--weights",
+            &w,
+        ];
         a.extend_from_slice(extra);
         a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
     };
     let cases: Vec<(&str, Vec<String>, &str)> = vec![
         (
             "max-new-tokens u64::MAX",
-            gen(&["--prompt-ids", "1,2", "--max-new-tokens", "18446744073709551615"]),
+            gen(&[
+                "--prompt-ids",
+                "1,2",
+                "--max-new-tokens",
+                "18446744073709551615",
+            ]),
             "exceed the cache of 64 slots",
         ),
-        ("token id past the vocabulary", gen(&["--prompt-ids", "1,99999999"]), "99999999"),
+        (
+            "token id past the vocabulary",
+            gen(&["--prompt-ids", "1,99999999"]),
+            "99999999",
+        ),
         ("negative token id", gen(&["--prompt-ids", "1,-5"]), "-5"),
-        ("a non-number token id", gen(&["--prompt-ids", "1,x"]), "invalid value 'x'"),
+        (
+            "a non-number token id",
+            gen(&["--prompt-ids", "1,x"]),
+            "invalid value 'x'",
+        ),
         (
             "max-memory too small",
             {
@@ -376,11 +470,43 @@ fn token_ids_and_hostile_arguments() {
             },
             "more than the memory limit of 1024 bytes",
         ),
-        ("max-memory nonsense", gen(&["--prompt-ids", "1", "--max-memory", "lots"]), "'lots' is not a size"),
-        ("unknown target", vec!["check".into(), fixture("mlp/model.ir.json").display().to_string(), "--target".into(), "../../etc/passwd".into()], "unknown target '../../etc/passwd'"),
-        ("unknown backend", vec!["run".into(), pre.clone(), "--weights".into(), w.clone(), "--backend".into(), "tpu".into()], "unknown backend 'tpu'"),
-        ("missing file", vec!["describe".into(), d.path("absent.npubin")], "cannot read"),
-        ("unknown subcommand", vec!["explode".into()], "unrecognized subcommand 'explode'"),
+        (
+            "max-memory nonsense",
+            gen(&["--prompt-ids", "1", "--max-memory", "lots"]),
+            "'lots' is not a size",
+        ),
+        (
+            "unknown target",
+            vec![
+                "check".into(),
+                fixture("mlp/model.ir.json").display().to_string(),
+                "--target".into(),
+                "../../etc/passwd".into(),
+            ],
+            "unknown target '../../etc/passwd'",
+        ),
+        (
+            "unknown backend",
+            vec![
+                "run".into(),
+                pre.clone(),
+                "--weights".into(),
+                w.clone(),
+                "--backend".into(),
+                "tpu".into(),
+            ],
+            "unknown backend 'tpu'",
+        ),
+        (
+            "missing file",
+            vec!["describe".into(), d.path("absent.npubin")],
+            "cannot read",
+        ),
+        (
+            "unknown subcommand",
+            vec!["explode".into()],
+            "unrecognized subcommand 'explode'",
+        ),
     ];
     for (class, args, want) in cases {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -391,10 +517,19 @@ fn token_ids_and_hostile_arguments() {
 #[test]
 fn outputs_never_replace_inputs() {
     let d = Dir::new("alias");
-    let model = d.file("m.ir.json", std::fs::read(fixture("mlp/model.ir.json")).unwrap());
+    let model = d.file(
+        "m.ir.json",
+        std::fs::read(fixture("mlp/model.ir.json")).unwrap(),
+    );
     let prog = mlp_program(&d);
-    let weights = d.file("w.safetensors", std::fs::read(fixture("mlp/weights.safetensors")).unwrap());
-    let io = d.file("io.safetensors", std::fs::read(fixture("mlp/io.safetensors")).unwrap());
+    let weights = d.file(
+        "w.safetensors",
+        std::fs::read(fixture("mlp/weights.safetensors")).unwrap(),
+    );
+    let io = d.file(
+        "io.safetensors",
+        std::fs::read(fixture("mlp/io.safetensors")).unwrap(),
+    );
     #[cfg(unix)]
     let link = {
         let l = d.path("link.safetensors");
@@ -404,27 +539,57 @@ fn outputs_never_replace_inputs() {
     #[cfg(not(unix))]
     let link = weights.clone();
     let run = |out: &str| -> Vec<String> {
-        ["run", &prog, "--weights", &weights, "--inputs", &io, "--outputs", out]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+        [
+            "run",
+            &prog,
+            "--weights",
+            &weights,
+            "--inputs",
+            &io,
+            "--outputs",
+            out,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     let dotted = format!("{}/./m.ir.json", d.0.display());
     let cases: Vec<(&str, Vec<String>, &str)> = vec![
-        ("compile onto its model", vec!["compile".into(), model.clone(), "-o".into(), model.clone()], "is the model"),
-        ("compile onto its model, another spelling", vec!["compile".into(), model.clone(), "-o".into(), dotted], "is the model"),
+        (
+            "compile onto its model",
+            vec!["compile".into(), model.clone(), "-o".into(), model.clone()],
+            "is the model",
+        ),
+        (
+            "compile onto its model, another spelling",
+            vec!["compile".into(), model.clone(), "-o".into(), dotted],
+            "is the model",
+        ),
         ("outputs onto the inputs", run(&io), "is the inputs"),
         ("outputs onto the weights", run(&weights), "is the weights"),
         ("outputs onto the program", run(&prog), "is the program"),
-        ("outputs onto a hard link of the weights", run(&link), "is the weights"),
-        ("outputs onto the IR", {
-            let mut a = run(&model);
-            a[1] = model.clone();
-            a
-        }, "is the program"),
+        (
+            "outputs onto a hard link of the weights",
+            run(&link),
+            "is the weights",
+        ),
+        (
+            "outputs onto the IR",
+            {
+                let mut a = run(&model);
+                a[1] = model.clone();
+                a
+            },
+            "is the program",
+        ),
         (
             "an unwritable output",
-            vec!["compile".into(), model.clone(), "-o".into(), d.path("no/such/dir/x.npubin")],
+            vec![
+                "compile".into(),
+                model.clone(),
+                "-o".into(),
+                d.path("no/such/dir/x.npubin"),
+            ],
             "cannot write",
         ),
     ];
@@ -438,7 +603,10 @@ fn outputs_never_replace_inputs() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no/such/dir/x.npubin: No such file or directory"), "{err}");
+    assert!(
+        err.contains("no/such/dir/x.npubin: No such file or directory"),
+        "{err}"
+    );
     assert!(!err.contains(".tmp"), "{err}");
     // And a good write replaces an old output atomically.
     let out = d.file("out.npubin", b"old");
@@ -450,7 +618,13 @@ fn outputs_never_replace_inputs() {
     assert!(std::fs::read(&out).unwrap().starts_with(b"NPUBIN"));
     let leftovers = std::fs::read_dir(&d.0)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".tmp"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".tmp")
+        })
         .count();
     assert_eq!(leftovers, 0);
 }

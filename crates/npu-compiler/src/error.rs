@@ -46,10 +46,7 @@ fn first_and_count(violations: &[Violation]) -> String {
     match violations {
         [] => String::new(),
         [one] => one.to_string(),
-        [first, rest @ ..] => format!(
-            "{first}; and {} more (`npu check` lists them)",
-            rest.len()
-        ),
+        [first, rest @ ..] => format!("{first}; and {} more (`npu check` lists them)", rest.len()),
     }
 }
 

@@ -125,9 +125,7 @@ pub fn from_bytes(b: &[u8]) -> Result<Program, NpubinError> {
     let dtype = std::str::from_utf8(raw)
         .ok()
         .and_then(DType::parse)
-        .ok_or_else(|| {
-            NpubinError::Corrupt(format!("unknown compute dtype {}", printable(raw)))
-        })?;
+        .ok_or_else(|| NpubinError::Corrupt(format!("unknown compute dtype {}", printable(raw))))?;
     let plen = u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes"));
     let plen = usize::try_from(plen)
         .map_err(|_| NpubinError::Corrupt("payload length overflows".into()))?;
@@ -161,7 +159,8 @@ pub fn from_bytes(b: &[u8]) -> Result<Program, NpubinError> {
 /// hex of at most 16 bytes (a corrupt file never puts raw bytes on the terminal).
 fn printable(raw: &[u8]) -> String {
     const MAX: usize = 16;
-    if !raw.is_empty() && raw.len() <= MAX && raw.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+    if !raw.is_empty() && raw.len() <= MAX && raw.iter().all(|b| b.is_ascii_graphic() || *b == b' ')
+    {
         return format!("'{}'", String::from_utf8_lossy(raw));
     }
     let hex: String = raw.iter().take(MAX).map(|b| format!("{b:02x}")).collect();

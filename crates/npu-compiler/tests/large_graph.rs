@@ -14,7 +14,9 @@ fn compile_on_small_stack(text: String) -> npu_compiler::Program {
         .stack_size(256 << 10)
         .spawn(move || {
             let g = npu_ir::parse_str(&text).expect("the chain parses");
-            compile(g, &CompileOptions::default()).expect("the chain compiles").0
+            compile(g, &CompileOptions::default())
+                .expect("the chain compiles")
+                .0
         })
         .unwrap()
         .join()
@@ -26,7 +28,11 @@ fn a_long_relu_chain_compiles_on_a_small_stack() {
     // 20k links need ~40k nested frames in a recursive fusion: far beyond 256 KiB.
     let p = compile_on_small_stack(chain(20_000, Link::Relu));
     // Chains fuse into bounded expressions, one kernel per group.
-    assert!(p.steps.len() >= 20 && p.steps.len() <= 40, "{}", p.steps.len());
+    assert!(
+        p.steps.len() >= 20 && p.steps.len() <= 40,
+        "{}",
+        p.steps.len()
+    );
 }
 
 #[test]

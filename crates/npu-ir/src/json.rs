@@ -178,7 +178,10 @@ mod tests {
     #[test]
     fn top_level_array_and_nan_shapes_read_clearly() {
         let e = parse_raw("  [1, 2]").unwrap_err().to_string();
-        assert!(e.contains("expected an object at the top level, found an array"), "{e}");
+        assert!(
+            e.contains("expected an object at the top level, found an array"),
+            "{e}"
+        );
         let e = parse_raw(
             r#"{"graph_inputs": [{"name": "x", "shape": [NaN], "dtype": "float32"}],
                "graph_outputs": [], "weights": [], "weight_name_mapping": {}, "nodes": []}"#,

@@ -290,14 +290,31 @@ fn weights_tied_weights_constants_and_unused_buffers() {
 fn bad_inputs_give_clear_errors() {
     let cases: [(String, &str); 9] = [
         (
-            ir(&t("x", "[4294967296, 4294967296]", "float32"), "", "", "", "", ""),
+            ir(
+                &t("x", "[4294967296, 4294967296]", "float32"),
+                "",
+                "",
+                "",
+                "",
+                "",
+            ),
             "tensor 'x' float32[4294967296, 4294967296] is too large",
         ),
         (
-            ir(&t("x", "[9223372036854775807]", "float32"), "", "", "", "", ""),
+            ir(
+                &t("x", "[9223372036854775807]", "float32"),
+                "",
+                "",
+                "",
+                "",
+                "",
+            ),
             "is too large: its size in bytes overflows",
         ),
-        ("[]".into(), "expected an object at the top level, found an array"),
+        (
+            "[]".into(),
+            "expected an object at the top level, found an array",
+        ),
         ("{ not json".into(), "malformed IR JSON at line 1"),
         (
             r#"{"graph_inputs": []}"#.into(),

@@ -18,8 +18,14 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     /// A tensor, arena or weight set larger than the memory limit, refused before allocation.
-    #[error("{what} needs {bytes} bytes, more than the memory limit of {limit} bytes (--max-memory)")]
-    TooLarge { what: String, bytes: u128, limit: u64 },
+    #[error(
+        "{what} needs {bytes} bytes, more than the memory limit of {limit} bytes (--max-memory)"
+    )]
+    TooLarge {
+        what: String,
+        bytes: u128,
+        limit: u64,
+    },
     #[error("{path}: not a valid safetensors file: {message}")]
     BadSafetensors { path: String, message: String },
     #[error("{path}: tensor '{name}' has unsupported dtype {dtype}")]

@@ -60,9 +60,9 @@ pub fn tensor_bytes(shape: &[usize], dtype: DType) -> u128 {
     if shape.contains(&0) {
         return 0;
     }
-    shape
-        .iter()
-        .fold(dtype.size_bytes() as u128, |n, &d| n.saturating_mul(d as u128))
+    shape.iter().fold(dtype.size_bytes() as u128, |n, &d| {
+        n.saturating_mul(d as u128)
+    })
 }
 
 fn check(what: impl FnOnce() -> String, bytes: u128) -> Result<()> {

@@ -178,7 +178,10 @@ pub fn fuse_elementwise(m: &mut Module) -> BTreeMap<String, usize> {
             if !seen.insert(p) || !uses.single_use(v) || &g.ty(v).shape != out_shape {
                 continue;
             }
-            if members.get(&p).is_some_and(|sub| group.len() + sub.len() <= MAX_GROUP) {
+            if members
+                .get(&p)
+                .is_some_and(|sub| group.len() + sub.len() <= MAX_GROUP)
+            {
                 group.extend(members.remove(&p).unwrap_or_default());
             }
         }

@@ -113,7 +113,10 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
             same_shape("linear output", out0(outs)?, &want)?;
             if let Some(b) = ins.get(2) {
                 if !broadcasts(&b.shape, &want) {
-                    return Err(format!("linear bias {:?} does not broadcast to {want:?}", b.shape));
+                    return Err(format!(
+                        "linear bias {:?} does not broadcast to {want:?}",
+                        b.shape
+                    ));
                 }
             }
         }
@@ -153,7 +156,10 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
         IrOp::Transpose { dim0, dim1 } => {
             need(ins, 1, "transpose")?;
             let x = &ins[0].shape;
-            let (a, b) = (dim(*dim0, x.len(), "transpose")?, dim(*dim1, x.len(), "transpose")?);
+            let (a, b) = (
+                dim(*dim0, x.len(), "transpose")?,
+                dim(*dim1, x.len(), "transpose")?,
+            );
             let mut want = x.clone();
             want.swap(a, b);
             same_shape("transpose output", out0(outs)?, &want)?;
@@ -167,7 +173,10 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
                 .collect::<Result<_, _>>()?;
             let mut seen = vec![false; x.len()];
             if p.len() != x.len() || p.iter().any(|&i| std::mem::replace(&mut seen[i], true)) {
-                return Err(format!("permute {dims:?} is not a permutation of {} dims", x.len()));
+                return Err(format!(
+                    "permute {dims:?} is not a permutation of {} dims",
+                    x.len()
+                ));
             }
             let want: Vec<usize> = p.iter().map(|&i| x[i]).collect();
             same_shape("permute output", out0(outs)?, &want)?;
@@ -229,14 +238,24 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
                     continue;
                 }
                 let ok = t.rank() == out.len()
-                    && t.shape.iter().zip(out).enumerate().all(|(i, (a, b))| i == d || a == b);
+                    && t.shape
+                        .iter()
+                        .zip(out)
+                        .enumerate()
+                        .all(|(i, (a, b))| i == d || a == b);
                 if !ok {
-                    return Err(format!("cat operand {:?} does not fit the output {out:?}", t.shape));
+                    return Err(format!(
+                        "cat operand {:?} does not fit the output {out:?}",
+                        t.shape
+                    ));
                 }
                 total = total.saturating_add(t.shape[d]);
             }
             if total != out[d] {
-                return Err(format!("cat operands sum to {total} along dim {d}, the output has {}", out[d]));
+                return Err(format!(
+                    "cat operands sum to {total} along dim {d}, the output has {}",
+                    out[d]
+                ));
             }
         }
         IrOp::Chunk { dim: d, .. } | IrOp::Split { dim: d, .. } => {
@@ -251,7 +270,11 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
                 total = total.saturating_add(o.shape[d]);
             }
             if total > x[d] {
-                return Err(format!("{} outputs take {total} of dim {d}, the input has {}", op.name(), x[d]));
+                return Err(format!(
+                    "{} outputs take {total} of dim {d}, the input has {}",
+                    op.name(),
+                    x[d]
+                ));
             }
         }
         IrOp::IndexCopy { dim: d } => {
@@ -301,10 +324,20 @@ fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     if a.is_empty() || b.is_empty() {
         return Err("matmul of a 0-d tensor".into());
     }
-    let (m, k) = if a.len() == 1 { (None, a[0]) } else { (Some(a[a.len() - 2]), a[a.len() - 1]) };
-    let (kb, n) = if b.len() == 1 { (b[0], None) } else { (b[b.len() - 2], Some(b[b.len() - 1])) };
+    let (m, k) = if a.len() == 1 {
+        (None, a[0])
+    } else {
+        (Some(a[a.len() - 2]), a[a.len() - 1])
+    };
+    let (kb, n) = if b.len() == 1 {
+        (b[0], None)
+    } else {
+        (b[b.len() - 2], Some(b[b.len() - 1]))
+    };
     if k != kb {
-        return Err(format!("matmul of {a:?} and {b:?}: inner dims differ ({k} vs {kb})"));
+        return Err(format!(
+            "matmul of {a:?} and {b:?}: inner dims differ ({k} vs {kb})"
+        ));
     }
     let ba = &a[..a.len().saturating_sub(2)];
     let bb = &b[..b.len().saturating_sub(2)];
@@ -316,7 +349,11 @@ fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
         out.push(match (da, db) {
             (1, d) | (d, 1) => d,
             (x, y) if x == y => x,
-            _ => return Err(format!("matmul batch dims {ba:?} and {bb:?} do not broadcast")),
+            _ => {
+                return Err(format!(
+                    "matmul batch dims {ba:?} and {bb:?} do not broadcast"
+                ))
+            }
         });
     }
     out.extend(m);
@@ -339,14 +376,22 @@ mod tests {
     fn problem(op: IrOp, ins: &[&[usize]], outs: &[&[usize]]) -> Option<String> {
         let ins: Vec<TensorType> = ins.iter().map(|s| t(s)).collect();
         let outs: Vec<TensorType> = outs.iter().map(|s| t(s)).collect();
-        op_problem(&op, &ins.iter().collect::<Vec<_>>(), &outs.iter().collect::<Vec<_>>()).err()
+        op_problem(
+            &op,
+            &ins.iter().collect::<Vec<_>>(),
+            &outs.iter().collect::<Vec<_>>(),
+        )
+        .err()
     }
 
     #[test]
     fn linear_k_mismatch_and_softmax_dim_are_refused() {
         let e = problem(IrOp::Linear, &[&[2, 16], &[8, 17]], &[&[2, 8]]).unwrap();
         assert!(e.contains("K=16") && e.contains("K=17"), "{e}");
-        assert_eq!(problem(IrOp::Linear, &[&[2, 16], &[8, 16]], &[&[2, 8]]), None);
+        assert_eq!(
+            problem(IrOp::Linear, &[&[2, 16], &[8, 16]], &[&[2, 8]]),
+            None
+        );
         let sm = |dim| IrOp::Softmax { dim, dtype: None };
         let e = problem(sm(7), &[&[2, 3]], &[&[2, 3]]).unwrap();
         assert!(e.contains("dim 7"), "{e}");
@@ -356,7 +401,10 @@ mod tests {
     #[test]
     fn matmul_shapes_follow_torch() {
         assert_eq!(matmul_shape(&[4], &[4]).unwrap(), Vec::<usize>::new());
-        assert_eq!(matmul_shape(&[2, 1, 3, 4], &[5, 4, 6]).unwrap(), vec![2, 5, 3, 6]);
+        assert_eq!(
+            matmul_shape(&[2, 1, 3, 4], &[5, 4, 6]).unwrap(),
+            vec![2, 5, 3, 6]
+        );
         assert!(matmul_shape(&[3, 4], &[5, 6]).is_err());
         assert!(matmul_shape(&[2, 3, 4], &[3, 4, 6]).is_err());
     }
@@ -371,7 +419,9 @@ mod tests {
             end: 10,
             step: 1,
         };
-        assert!(problem(sl, &[&[4]], &[&[3]]).unwrap().contains("past the end"));
+        assert!(problem(sl, &[&[4]], &[&[3]])
+            .unwrap()
+            .contains("past the end"));
         let p = IrOp::Permute { dims: vec![0, 0] };
         assert!(problem(p, &[&[2, 2]], &[&[2, 2]]).is_some());
     }

@@ -16,7 +16,10 @@ pub enum Link {
 pub fn chain(n: usize, link: Link) -> String {
     let (op, attrs) = match link {
         Link::Relu => ("aten.relu.default", "{}"),
-        Link::Softmax => ("aten._softmax.default", r#"{"dim": -1, "half_to_float": false}"#),
+        Link::Softmax => (
+            "aten._softmax.default",
+            r#"{"dim": -1, "half_to_float": false}"#,
+        ),
     };
     let meta = |name: &str, producer: &str| {
         format!(
@@ -31,7 +34,11 @@ pub fn chain(n: usize, link: Link) -> String {
         n - 1
     );
     for i in 0..n {
-        let prev = if i == 0 { "x".to_string() } else { format!("n{}", i - 1) };
+        let prev = if i == 0 {
+            "x".to_string()
+        } else {
+            format!("n{}", i - 1)
+        };
         if i > 0 {
             s.push_str(", ");
         }

@@ -294,10 +294,8 @@ impl CpuExecutable {
         let mut consts = Vec::new();
         for c in &program.constants {
             let n: usize = c.shape.iter().product();
-            let mut buf = Buf::try_zeros(
-                n * c.dtype.size_bytes(),
-                &format!("constant '{}'", c.name),
-            )?;
+            let mut buf =
+                Buf::try_zeros(n * c.dtype.size_bytes(), &format!("constant '{}'", c.name))?;
             match &c.values {
                 ConstValues::Float(v) if v.len() == n => {
                     for (i, &x) in v.iter().enumerate() {
