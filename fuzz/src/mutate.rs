@@ -7,7 +7,7 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed.max(1))
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -15,7 +15,7 @@ impl Rng {
     }
     /// Uniform in 0..n (n > 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
     pub fn chance(&mut self, one_in: usize) -> bool {
         self.below(one_in) == 0
@@ -73,7 +73,7 @@ pub fn mutate(data: &mut Vec<u8>, other: &[u8], rng: &mut Rng, max_len: usize) {
             }
             1 if !data.is_empty() => {
                 let i = rng.below(data.len());
-                data[i] = rng.next() as u8;
+                data[i] = rng.next_u64() as u8;
             }
             2 if !data.is_empty() => {
                 // delete a run
@@ -85,7 +85,7 @@ pub fn mutate(data: &mut Vec<u8>, other: &[u8], rng: &mut Rng, max_len: usize) {
                 // insert random bytes
                 let i = rng.below(data.len() + 1);
                 let len = 1 + rng.below(16);
-                let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
                 data.splice(i..i, bytes);
             }
             4 if !data.is_empty() => {

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 pub struct Target {
     pub name: &'static str,
     pub run: fn(&[u8]) -> String,
-    pub fixup: Option<fn(&mut Vec<u8>)>,
+    pub fixup: Option<fn(&mut [u8])>,
     pub max_len: usize,
 }
 
@@ -164,7 +164,7 @@ pub fn npubin_load(data: &[u8]) -> String {
 }
 
 /// Recomputes an `.npubin`'s payload length and CRC so a mutated payload gets decoded.
-pub fn fix_npubin(b: &mut Vec<u8>) {
+pub fn fix_npubin(b: &mut [u8]) {
     let Some(rest) = b.strip_prefix(&MAGIC[..]) else {
         return;
     };
@@ -214,7 +214,7 @@ pub fn safetensors(data: &[u8]) -> String {
 
 /// Makes the 8-byte header length match the JSON header that follows (up to the last
 /// `}` in the first 4 KiB), so mutations of the header JSON are parsed.
-pub fn fix_safetensors(b: &mut Vec<u8>) {
+pub fn fix_safetensors(b: &mut [u8]) {
     if b.len() < 10 {
         return;
     }

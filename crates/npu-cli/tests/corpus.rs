@@ -17,6 +17,9 @@ fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// Named tensors, as a safetensors file holds them.
+type Named = Vec<(String, HostTensor)>;
+
 struct Dir(PathBuf);
 
 impl Dir {
@@ -374,7 +377,7 @@ fn npubin_and_safetensors_classes() {
             want,
         );
     }
-    let ins: Vec<(&str, Vec<(String, HostTensor)>, &str)> = vec![
+    let ins: Vec<(&str, Named, &str)> = vec![
         (
             "wrong input name",
             vec![("y".into(), x.clone())],
