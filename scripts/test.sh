@@ -42,7 +42,8 @@ pytest_step() {
     .venv/bin/python -m pytest -q -rs "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     local summary p f e s
-    summary=$(grep -E '^=+ .*(passed|failed|skipped|error|no tests ran).* =+$' "$log" | tail -1)
+    # The closing line, with or without -q's missing '=' rule: "3 passed, 1 skipped in 2.1s".
+    summary=$(grep -E '(passed|failed|skipped|errors?|no tests ran).* in [0-9.]+s' "$log" | tail -1)
     p=$(grep -Eo '[0-9]+ passed' <<<"$summary" | awk '{s+=$1} END {print s+0}')
     f=$(grep -Eo '[0-9]+ failed' <<<"$summary" | awk '{s+=$1} END {print s+0}')
     e=$(grep -Eo '[0-9]+ errors?' <<<"$summary" | awk '{s+=$1} END {print s+0}')
