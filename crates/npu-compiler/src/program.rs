@@ -356,6 +356,43 @@ pub struct ConstSlot {
     pub values: ConstValues,
 }
 
+/// A pool step's output size follows from its input, kernel, stride, padding and dilation
+/// (floor or ceil mode), with the window inside the padded input and padding at most half
+/// the window, as ATen requires: a corrupt program cannot make a window of millions.
+fn pool_dims_agree(
+    x: Option<&Binding>,
+    out: Option<&Binding>,
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+) -> Result<(), String> {
+    let (Some(x), Some(out)) = (x, out) else {
+        return Err("pool2d needs an input and an output".into());
+    };
+    if x.shape.len() != 4 || out.shape.len() != 4 {
+        return Err(format!("pool2d of {:?} into {:?}", x.shape, out.shape));
+    }
+    for i in 0..2 {
+        let (n, o) = (x.shape[2 + i] as u128, out.shape[2 + i] as u128);
+        let (k, s, p, d) = (k[i] as u128, s[i] as u128, p[i] as u128, d[i] as u128);
+        let window = d * k.saturating_sub(1) + 1;
+        if k == 0 || s == 0 || d == 0 || 2 * p > window || window > n + 2 * p {
+            return Err(format!(
+                "pool2d kernel {k}, stride {s}, padding {p}, dilation {d} over {n} elements"
+            ));
+        }
+        let span = n + 2 * p - window;
+        if o != span / s + 1 && o != span.div_ceil(s) + 1 {
+            return Err(format!(
+                "pool2d output {:?} does not match input {:?} and its window",
+                out.shape, x.shape
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The dimensions of a [`Kernel::Conv2d`] step, after checking its operand shapes against
 /// the contract: x [N,C,H,W], w [O,C/groups,kh,kw], optional bias [O], out [N,O,OH,OW] with
 /// OH/OW given by the stride/padding/dilation arithmetic. Every backend derives its loop
@@ -509,6 +546,18 @@ impl Program {
             }
             if let Kernel::Elementwise { expr } = &step.kernel {
                 expr.validate(step.inputs.len())
+                    .map_err(|e| format!("step {i} ({}): {e}", step.origin))?;
+            }
+            if let Kernel::Pool2d {
+                kernel,
+                stride,
+                padding,
+                dilation,
+                ..
+            } = &step.kernel
+            {
+                let (x, out) = (step.inputs.first(), step.outputs.first());
+                pool_dims_agree(x, out, *kernel, *stride, *padding, *dilation)
                     .map_err(|e| format!("step {i} ({}): {e}", step.origin))?;
             }
         }
