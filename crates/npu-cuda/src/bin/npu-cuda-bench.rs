@@ -41,11 +41,11 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn load(p: &str) -> Res<Program> {
-    npubin::load(&PathBuf::from(p)).map_err(|e| format!("{p}: {e}"))
+    npubin::load(&PathBuf::from(p)).map_err(|e| npu_ir::error_chain(&e))
 }
 
 fn prepare(b: &CudaBackend, p: &Program, w: &dyn WeightSource) -> Res<CudaExecutable> {
-    b.prepare_cuda(p, w).map_err(|e| e.to_string())
+    b.prepare_cuda(p, w).map_err(|e| npu_ir::error_chain(&e))
 }
 
 fn inputs_with<'a>(
@@ -79,7 +79,7 @@ fn run(
     st: &mut dyn npu_runtime::DeviceState,
 ) -> Res<(Outs, f64, f64)> {
     let t = Instant::now();
-    let out = x.run(ins, st).map_err(|e| e.to_string())?;
+    let out = x.run(ins, st).map_err(|e| npu_ir::error_chain(&e))?;
     Ok((
         out,
         t.elapsed().as_secs_f64() * 1e3,
@@ -88,10 +88,12 @@ fn run(
 }
 
 fn cmd_time(a: &HashMap<String, String>) -> Res<String> {
-    let b = CudaBackend::new().map_err(|e| e.to_string())?;
+    let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
     let p = load(&arg(a, "program")?)?;
-    let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?)).map_err(|e| e.to_string())?;
-    let io = read_safetensors(&PathBuf::from(arg(a, "io")?)).map_err(|e| e.to_string())?;
+    let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?))
+        .map_err(|e| npu_ir::error_chain(&e))?;
+    let io =
+        read_safetensors(&PathBuf::from(arg(a, "io")?)).map_err(|e| npu_ir::error_chain(&e))?;
     let prefix = a.get("prefix").cloned().unwrap_or_else(|| "input.".into());
     let repeat: usize = a.get("repeat").and_then(|s| s.parse().ok()).unwrap_or(50);
     let t = Instant::now();
@@ -111,7 +113,7 @@ fn cmd_time(a: &HashMap<String, String>) -> Res<String> {
         wall.push(w_ms);
     }
     if let Some(o) = a.get("out") {
-        write_safetensors(&PathBuf::from(o), &out).map_err(|e| e.to_string())?;
+        write_safetensors(&PathBuf::from(o), &out).map_err(|e| npu_ir::error_chain(&e))?;
     }
     Ok(format!(
         "{{\"device\":{:?},\"prepare_ms\":{prepare_ms:.1},\"gpu_ms\":{:.4},\"wall_ms\":{:.4},\"graph\":{},\"steps\":{}}}",
@@ -124,11 +126,13 @@ fn cmd_time(a: &HashMap<String, String>) -> Res<String> {
 }
 
 fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
-    let b = CudaBackend::new().map_err(|e| e.to_string())?;
+    let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
     let pre = load(&arg(a, "prefill")?)?;
     let dec = load(&arg(a, "decode")?)?;
-    let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?)).map_err(|e| e.to_string())?;
-    let io = read_safetensors(&PathBuf::from(arg(a, "io")?)).map_err(|e| e.to_string())?;
+    let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?))
+        .map_err(|e| npu_ir::error_chain(&e))?;
+    let io =
+        read_safetensors(&PathBuf::from(arg(a, "io")?)).map_err(|e| npu_ir::error_chain(&e))?;
     let steps: usize = arg(a, "steps")?.parse().map_err(|_| "bad --steps")?;
     let mut px = prepare(&b, &pre, &w)?;
     let mut dx = prepare(&b, &dec, &w)?;
@@ -137,7 +141,10 @@ fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
     let (out, pre_wall, pre_gpu) = run(&mut px, &ins, st.as_mut())?;
     let mut result = vec![(
         "prefill.logits".to_string(),
-        out[0].1.cast(DType::F32).map_err(|e| e.to_string())?,
+        out[0]
+            .1
+            .cast(DType::F32)
+            .map_err(|e| npu_ir::error_chain(&e))?,
     )];
     let mut rows: Vec<f32> = Vec::new();
     let (mut gpu, mut wall) = (Vec::new(), Vec::new());
@@ -158,7 +165,8 @@ fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
         "decode.logits".into(),
         HostTensor::from_f32(vec![steps, vocab], &rows),
     ));
-    write_safetensors(&PathBuf::from(arg(a, "out")?), &result).map_err(|e| e.to_string())?;
+    write_safetensors(&PathBuf::from(arg(a, "out")?), &result)
+        .map_err(|e| npu_ir::error_chain(&e))?;
     let (g, wl) = (median(&mut gpu.clone()), median(&mut wall.clone()));
     Ok(format!(
         "{{\"device\":{:?},\"prefill_wall_ms\":{pre_wall:.3},\"prefill_gpu_ms\":{pre_gpu:.3},\"decode_gpu_ms_median\":{g:.4},\"decode_wall_ms_median\":{wl:.4},\"steps\":{steps}}}",
@@ -182,13 +190,13 @@ fn random_weights(p: &Program) -> MemoryWeights {
 }
 
 fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
-    let b = CudaBackend::new().map_err(|e| e.to_string())?;
+    let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
     let dec = load(&arg(a, "decode")?)?;
     let wpath = arg(a, "weights")?;
     let w: Box<dyn WeightSource> = if wpath == "random" {
         Box::new(random_weights(&dec))
     } else {
-        Box::new(SafetensorsFile::open(&PathBuf::from(wpath)).map_err(|e| e.to_string())?)
+        Box::new(SafetensorsFile::open(&PathBuf::from(wpath)).map_err(|e| npu_ir::error_chain(&e))?)
     };
     let w = w.as_ref();
     let repeat: usize = a.get("repeat").and_then(|s| s.parse().ok()).unwrap_or(30);
