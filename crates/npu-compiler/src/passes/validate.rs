@@ -149,8 +149,9 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
         IrOp::Mean { dims, .. } | IrOp::Sum { dims, .. } => {
             need(ins, 1, &op.name())?;
             let rank = ins[0].rank();
+            // A 0-d operand reduces as a 1-element vector (as lowering and PyTorch do).
             for &d in dims {
-                dim(d, rank, &op.name())?;
+                dim(d, rank.max(1), &op.name())?;
             }
         }
         IrOp::Transpose { dim0, dim1 } => {
