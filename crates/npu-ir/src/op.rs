@@ -2,6 +2,7 @@
 //! `torch.export` dropped because they equalled their default.
 
 use crate::attrs::{Attrs, Scalar};
+use crate::composite::Composite;
 use crate::{DType, IrError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
@@ -323,6 +324,9 @@ pub enum Op {
     Index {
         indexed: Vec<bool>,
     },
+    /// A composite op (see [`crate::composite`]): rewritten into primitives by the
+    /// compiler's decomposition pass before placement, compilation or interpretation.
+    Composite(Composite),
     /// Any op this crate does not type, kept by name for the partitioner.
     Unknown {
         op_type: String,
@@ -462,7 +466,13 @@ impl Op {
                     .as_f64();
                 let alpha = a.f64_or("alpha", 1.0)?;
                 if alpha != 1.0 {
-                    return Ok((unknown(), inplace));
+                    return Ok((
+                        Op::Composite(Composite::Rsub {
+                            alpha,
+                            scalar: Some(s),
+                        }),
+                        inplace,
+                    ));
                 }
                 Op::BinaryScalar {
                     op: BinaryOp::Sub,
@@ -836,7 +846,8 @@ impl Op {
                 }
                 Op::Index { indexed: present }
             }
-            _ => unknown(),
+            _ => crate::composite::parse(&a, name, overload, n_inputs, in_rank)?
+                .unwrap_or_else(unknown),
         };
         Ok((op, inplace))
     }
@@ -848,6 +859,7 @@ impl Op {
             Op::Binary { op, .. } => op.name().to_string(),
             Op::BinaryScalar { op, .. } => format!("{}_scalar", op.name()),
             Op::Unknown { op_type, .. } => op_type.clone(),
+            Op::Composite(c) => c.name().to_string(),
             other => {
                 let dbg = format!("{other:?}");
                 let head = dbg

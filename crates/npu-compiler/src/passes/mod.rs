@@ -4,4 +4,5 @@ pub mod bn_fold;
 pub mod canonicalize;
 pub mod check;
 pub mod dce;
+pub mod decompose;
 pub mod layout;
