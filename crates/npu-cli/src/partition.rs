@@ -1,13 +1,13 @@
 //! `npu partition`: show how a graph splits into NPU and CPU partitions.
 
 use anyhow::Result;
-use npu_compiler::partition::{partition, place_for_target};
+use npu_compiler::partition::plan_for_target;
 use npu_compiler::Target;
 use std::path::Path;
 
 pub fn show(model: &Path, target: &Target, force_cpu: &[String], json: bool) -> Result<()> {
     let graph = npu_ir::load(model)?;
-    let plan = partition(&graph, place_for_target(&graph, target, force_cpu));
+    let (graph, plan) = plan_for_target(graph, target, force_cpu)?;
     if json {
         say!(
             "{}",

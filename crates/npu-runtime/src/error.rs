@@ -72,6 +72,9 @@ pub enum RuntimeError {
         op_type: String,
         message: String,
     },
+    /// Decomposing composite ops before interpretation failed.
+    #[error(transparent)]
+    Compile(#[from] npu_compiler::CompileError),
     #[error("partition {partition} ({device}): {message}")]
     Partition {
         partition: usize,

@@ -195,6 +195,10 @@ fn dispatch(op: &Op, ins: &[&HostTensor], outs: &[&TensorType]) -> R<Vec<HostTen
         Op::AssertMetadata => Ok(Vec::new()),
         Op::Full { value } | Op::FullLike { value } => one(create::full(&a, *value)),
         Op::Arange { start, end, step } => one(create::arange(&a, *start, *end, *step)),
+        Op::Composite(c) => Err(format!(
+            "composite op {} must be decomposed first (npu_compiler::passes::decompose)",
+            c.name()
+        )),
         Op::Unknown { op_type, .. } => Err(format!(
             "op '{op_type}' is not supported by the CPU fallback interpreter"
         )),
@@ -290,11 +294,19 @@ pub fn run_nodes(
 }
 
 /// Convenience: a whole graph from named inputs; returns the graph outputs by name, in order.
+/// Composite ops are decomposed first (on a copy), so any parsed IR graph runs.
 pub fn run_graph(
     graph: &Graph,
     inputs: &[(&str, &HostTensor)],
     weights: &dyn WeightSource,
 ) -> Result<Vec<(String, HostTensor)>> {
+    let decomposed;
+    let graph = if npu_compiler::passes::decompose::needs_decomposition(graph) {
+        decomposed = npu_compiler::passes::decompose::decompose(graph.clone())?;
+        &decomposed
+    } else {
+        graph
+    };
     let mut env = ValueEnv::new();
     for (name, t) in inputs {
         let Some(&id) = graph
