@@ -21,6 +21,8 @@ export_model small-cnn      small-cnn --batch 1 --seed 0
 export_model small-cnn-b4   small-cnn --batch 4 --seed 0
 export_model qwen2.5-tiny   qwen2.5-tiny --seq-len 8 --max-cache-len 64 --decode-steps 32 --dtype float32 --seed 0
 export_model bert-tiny      bert-tiny --seq-len 16 --seed 0
+# decoder LM called as model(input_ids): the mask is built in the graph (aten.diff, ...)
+export_model llama-tiny     llama-tiny --seq-len 12 --seed 0
 
 # per-op reference cases for the CPU fallback interpreter (crates/npu-runtime/tests/fallback.rs)
 export_model fallback       fallback-refs --seed 0

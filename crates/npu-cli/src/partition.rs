@@ -1,7 +1,7 @@
 //! `npu partition`: show how a graph splits into NPU and CPU partitions.
 
 use anyhow::Result;
-use npu_compiler::partition::{partition, place_for_target};
+use npu_compiler::partition::plan_for_target;
 use npu_compiler::Target;
 use npu_runtime::dag::unrunnable;
 use std::path::Path;
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 /// Prints the plan; fails (exit code 1) naming every node nobody can run.
 pub fn show(model: &Path, target: &Target, force_cpu: &[String], json: bool) -> Result<ExitCode> {
     let graph = npu_ir::load(model)?;
-    let plan = partition(&graph, place_for_target(&graph, target, force_cpu));
+    let (graph, plan) = plan_for_target(graph, target, force_cpu)?;
     let nowhere = unrunnable(&graph, &plan.placements);
     if json {
         say!(

@@ -4,7 +4,7 @@
 use crate::backends::backend_by_name;
 use crate::run::{find_input, open_weights, report, RunArgs};
 use anyhow::{bail, Context, Result};
-use npu_compiler::partition::{partition, place_for_target, Device};
+use npu_compiler::partition::{plan_for_target, Device};
 use npu_compiler::{CompileOptions, Target};
 use npu_ir::DType;
 use npu_runtime::dag::DagExecutor;
@@ -21,7 +21,7 @@ pub struct GraphArgs {
 pub fn run(a: RunArgs, g: GraphArgs) -> Result<()> {
     let t = Instant::now();
     let graph = crate::load_graph(&a.program)?;
-    let plan = partition(&graph, place_for_target(&graph, g.target, &g.force_cpu));
+    let (graph, plan) = plan_for_target(graph, g.target, &g.force_cpu)?;
     say!(
         "partitioned {}: {} npu + {} cpu partition(s), {} transfer(s)",
         a.program.display(),

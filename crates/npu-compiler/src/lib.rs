@@ -1,7 +1,7 @@
 //! The NPU compiler: torch_ir graph in, [`Program`] (`.npubin`) out.
 //!
-//! Pipeline: canonicalize -> BN fold -> check(target) -> fuse -> layout -> lower (views,
-//! memory plan). Each stage is a module under [`passes`], [`fuse`] or [`lower`].
+//! Pipeline: decompose -> canonicalize -> BN fold -> check(target) -> fuse -> layout -> lower
+//! (views, memory plan). Each stage is a module under [`passes`], [`fuse`] or [`lower`].
 
 pub mod describe;
 mod error;
@@ -47,6 +47,7 @@ impl Default for CompileOptions {
 #[derive(Debug, Clone, Default)]
 pub struct CompileReport {
     pub ir_nodes: usize,
+    pub decomposed: passes::decompose::DecomposeStats,
     pub canonical: passes::canonicalize::CanonStats,
     pub bn: passes::bn_fold::BnStats,
     pub fusions: BTreeMap<String, usize>,
@@ -54,9 +55,13 @@ pub struct CompileReport {
     pub timings: Vec<(&'static str, Duration)>,
 }
 
-/// Canonicalizes and folds BN, the part of the pipeline `check` shares with `compile`.
+/// Decomposes, canonicalizes and folds BN, the part of the pipeline `check` shares with `compile`.
 fn prepare(graph: Graph, report: &mut CompileReport) -> Result<Module, CompileError> {
     report.ir_nodes = graph.nodes.len();
+    let t = Instant::now();
+    let (graph, stats) = passes::decompose::decompose_with_stats(graph)?;
+    report.decomposed = stats;
+    report.timings.push(("decompose", t.elapsed()));
     let mut m = Module::new(graph);
     let t = Instant::now();
     report.canonical = passes::canonicalize::canonicalize(&mut m)?;

@@ -56,6 +56,11 @@ impl Target {
     pub fn ir_op_unsupported(&self, op: &IrOp) -> Option<String> {
         match op {
             IrOp::Unknown { op_type, .. } => Some(self.no_lowering(&format!("op '{op_type}'"))),
+            // only seen when a caller skipped `passes::decompose`
+            IrOp::Composite(c) => Some(format!(
+                "composite op {} was not decomposed (passes::decompose runs before placement)",
+                c.name()
+            )),
             IrOp::Conv2d { dilation, .. } if !self.conv_dilation && *dilation != [1, 1] => {
                 Some(format!("conv2d with dilation {dilation:?}"))
             }

@@ -7,6 +7,7 @@
 //! route them elsewhere. Nothing here knows about targets or kernels.
 
 mod attrs;
+mod composite;
 mod dtype;
 mod error;
 mod ext;
@@ -15,6 +16,7 @@ mod json;
 mod op;
 
 pub use attrs::Scalar;
+pub use composite::{Composite, Moment, Padding1d};
 pub use dtype::DType;
 pub use error::{error_chain, IrError};
 pub use ext::{

@@ -2,6 +2,7 @@
 //! `torch.export` dropped because they equalled their default.
 
 use crate::attrs::{Attrs, Scalar};
+use crate::composite::Composite;
 use crate::ext::ExtOp;
 use crate::{DType, IrError};
 use serde::{Deserialize, Serialize};
@@ -327,6 +328,9 @@ pub enum Op {
     /// The extended opset (sorting, scatter, N-d pooling, resampling, padding, ...): CPU
     /// fallback ops, typed in `ext.rs`.
     Ext(ExtOp),
+    /// A composite op (see [`crate::composite`]): rewritten into primitives by the
+    /// compiler's decomposition pass before placement, compilation or interpretation.
+    Composite(Composite),
     /// Any op this crate does not type, kept by name for the partitioner.
     Unknown {
         op_type: String,
@@ -466,7 +470,13 @@ impl Op {
                     .as_f64();
                 let alpha = a.f64_or("alpha", 1.0)?;
                 if alpha != 1.0 {
-                    return Ok((unknown(), inplace));
+                    return Ok((
+                        Op::Composite(Composite::Rsub {
+                            alpha,
+                            scalar: Some(s),
+                        }),
+                        inplace,
+                    ));
                 }
                 Op::BinaryScalar {
                     op: BinaryOp::Sub,
@@ -825,9 +835,12 @@ impl Op {
                     .ok_or_else(|| a.err("value", "required attribute is missing"))?
                     .as_f64(),
             },
-            _ => match crate::ext::parse(&a, name, overload, n_inputs)? {
-                Some(e) => Op::Ext(e),
-                None => unknown(),
+            _ => match crate::composite::parse(&a, name, overload, n_inputs, in_rank)? {
+                Some(c) => c,
+                None => match crate::ext::parse(&a, name, overload, n_inputs)? {
+                    Some(e) => Op::Ext(e),
+                    None => unknown(),
+                },
             },
         };
         Ok((op, inplace))
@@ -841,6 +854,7 @@ impl Op {
             Op::BinaryScalar { op, .. } => format!("{}_scalar", op.name()),
             Op::Unknown { op_type, .. } => op_type.clone(),
             Op::Ext(e) => e.name(),
+            Op::Composite(c) => c.name().to_string(),
             other => {
                 let dbg = format!("{other:?}");
                 let head = dbg

@@ -8,7 +8,7 @@
 //! MODEL_DIR holds model.ir.json, weights.safetensors, io.safetensors (the export tool's
 //! layout; default target/test-models/resnet18, made by scripts/make-test-models.sh).
 
-use npu_compiler::partition::{partition, place_for_target};
+use npu_compiler::partition::plan_for_target;
 use npu_compiler::{target, CompileOptions};
 use npu_ir::DType;
 use npu_runtime::dag::DagExecutor;
@@ -50,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut single = backend.prepare(&program, &w)?;
     let make_dag = |force: &[String]| -> Result<DagExecutor, Box<dyn std::error::Error>> {
         let graph = npu_ir::load(&ir)?;
-        let plan = partition(&graph, place_for_target(&graph, opts.target, force));
+        let (graph, plan) = plan_for_target(graph, opts.target, force)?;
         Ok(DagExecutor::new(graph, plan, &backend, &w, &opts)?)
     };
     let mut all_npu = make_dag(&[])?;

@@ -90,6 +90,9 @@ pub enum RuntimeError {
     },
     #[error("{count} node(s) can run neither on the target nor on the CPU fallback: {nodes}")]
     Unrunnable { count: usize, nodes: String },
+    /// Decomposing composite ops before interpretation failed.
+    #[error(transparent)]
+    Compile(#[from] npu_compiler::CompileError),
     #[error("partition {partition} ({device}): {message}")]
     Partition {
         partition: usize,

@@ -12,9 +12,10 @@ from . import vision
 
 QWEN_MODELS = ("qwen2.5-tiny", "qwen2.5-1.5b")
 BERT_MODELS = ("bert-tiny",)
+LLAMA_MODELS = ("llama-tiny",)
 # not a model: per-op reference cases for the CPU fallback interpreter (fallback_refs.py)
 FALLBACK_REFS = "fallback-refs"
-MODELS = (*vision.MODELS.keys(), *QWEN_MODELS, *BERT_MODELS, FALLBACK_REFS)
+MODELS = (*vision.MODELS.keys(), *QWEN_MODELS, *BERT_MODELS, *LLAMA_MODELS, FALLBACK_REFS)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import bert
 
         meta = bert.export(args)
+    elif args.model in LLAMA_MODELS:
+        from . import llama
+
+        meta = llama.export(args)
     elif args.model == FALLBACK_REFS:
         from . import fallback_refs
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import torch_ir
 from torch import nn
 
-from . import common
+from . import common, decomp_cases
 
 Fn = Callable[..., Any]
 
@@ -391,6 +391,7 @@ def _cases(r: _Gen) -> list[Case]:
     )
     add("dropout_eval", lambda m, x: m["d"](x) + 1, r.randn(3, 5), layers={"d": nn.Dropout(0.3)})
     add("inplace", _inplace, r.randn(3, 5), r.randn(5))
+    decomp_cases.add_cases(add, r)
     return cases
 
 

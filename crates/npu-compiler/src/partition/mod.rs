@@ -19,6 +19,7 @@ mod text;
 
 pub use subgraph::extract;
 
+use crate::error::CompileError;
 use crate::target::Target;
 use npu_ir::{Graph, Node, Op, ValueId, ValueKind};
 use serde::Serialize;
@@ -142,7 +143,22 @@ pub fn op_matches(op_type: &str, pattern: &str) -> bool {
     base == pattern || base.strip_suffix('_') == Some(pattern)
 }
 
-/// Where each node runs for `target`, with the ops in `force_cpu` sent to the CPU.
+/// The entry point for a parsed IR graph: decomposes it (composite ops become primitives,
+/// see [`crate::passes::decompose`]), places every node for `target` (`force_cpu` as in
+/// [`place_for_target`]) and partitions it. The plan indexes the returned graph's nodes.
+pub fn plan_for_target(
+    graph: Graph,
+    target: &Target,
+    force_cpu: &[String],
+) -> Result<(Graph, PartitionPlan), CompileError> {
+    let graph = crate::passes::decompose::decompose(graph)?;
+    let plan = partition(&graph, place_for_target(&graph, target, force_cpu));
+    Ok((graph, plan))
+}
+
+/// Where each node runs for `target`, with the ops in `force_cpu` sent to the CPU. The graph
+/// should be decomposed ([`plan_for_target`] does it); a composite left in it goes to the CPU,
+/// which refuses it.
 pub fn place_for_target(graph: &Graph, target: &Target, force_cpu: &[String]) -> Vec<Placement> {
     place(graph, |node| {
         if let Some(p) = force_cpu.iter().find(|p| op_matches(&node.op_type, p)) {

@@ -4,5 +4,6 @@ pub mod bn_fold;
 pub mod canonicalize;
 pub mod check;
 pub mod dce;
+pub mod decompose;
 pub mod layout;
 pub mod validate;

@@ -22,7 +22,7 @@ use crate::error::{Result, RuntimeError};
 use crate::fallback::{run_nodes, ValueEnv};
 use crate::tensor::HostTensor;
 use crate::weights::{MemoryWeights, WeightSource};
-use npu_compiler::partition::{extract, Device, PartitionPlan, PlanStep};
+use npu_compiler::partition::{extract, plan_for_target, Device, PartitionPlan, PlanStep};
 use npu_compiler::{CompileOptions, Program};
 use npu_ir::{Graph, ValueId, ValueKind};
 use std::collections::{HashMap, HashSet};
@@ -88,8 +88,23 @@ fn part_err(partition: usize, device: Device, message: impl Into<String>) -> Run
 }
 
 impl DagExecutor {
+    /// Decomposes `graph`, partitions it for `opts.target` (`force_cpu` as in
+    /// [`npu_compiler::partition::place_for_target`]) and prepares it (see [`Self::new`]).
+    pub fn for_graph(
+        graph: Graph,
+        force_cpu: &[String],
+        backend: &dyn Backend,
+        weights: &dyn WeightSource,
+        opts: &CompileOptions,
+    ) -> Result<DagExecutor> {
+        let (graph, plan) = plan_for_target(graph, opts.target, force_cpu)?;
+        DagExecutor::new(graph, plan, backend, weights, opts)
+    }
+
     /// Compiles every NPU partition of `plan` with `opts`, prepares it on `backend`, and
-    /// loads the weights the CPU partitions read.
+    /// loads the weights the CPU partitions read. `graph` must be decomposed (the plan
+    /// indexes its nodes): [`Self::for_graph`] or
+    /// [`npu_compiler::partition::plan_for_target`] do it.
     pub fn new(
         graph: Graph,
         plan: PartitionPlan,
@@ -97,6 +112,17 @@ impl DagExecutor {
         weights: &dyn WeightSource,
         opts: &CompileOptions,
     ) -> Result<DagExecutor> {
+        if let Some(n) = graph
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, npu_ir::Op::Composite(_)))
+        {
+            return Err(RuntimeError::InvalidProgram(format!(
+                "node '{}' ({}) is a composite op: decompose the graph before partitioning \
+                 (npu_compiler::partition::plan_for_target)",
+                n.name, n.op_type
+            )));
+        }
         let nowhere = unrunnable(&graph, &plan.placements);
         if !nowhere.is_empty() {
             let nodes: Vec<String> = nowhere.iter().map(ToString::to_string).collect();

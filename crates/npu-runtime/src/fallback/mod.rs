@@ -233,6 +233,10 @@ fn kernel(op: &Op) -> R<Kernel<'_>> {
         Op::Full { value } | Op::FullLike { value } => one(move |a| create::full(a, *value)),
         Op::Arange { start, end, step } => one(move |a| create::arange(a, *start, *end, *step)),
         Op::Ext(e) => ext::kernel(e),
+        Op::Composite(c) => Err(format!(
+            "composite op {} must be decomposed first (npu_compiler::passes::decompose)",
+            c.name()
+        )),
         Op::Unknown { op_type, .. } => {
             let base = npu_ir::base_name(op_type);
             if npu_ir::DATA_DEPENDENT.contains(&base) {
@@ -336,11 +340,19 @@ pub fn run_nodes(
 }
 
 /// Convenience: a whole graph from named inputs; returns the graph outputs by name, in order.
+/// Composite ops are decomposed first (on a copy), so any parsed IR graph runs.
 pub fn run_graph(
     graph: &Graph,
     inputs: &[(&str, &HostTensor)],
     weights: &dyn WeightSource,
 ) -> Result<Vec<(String, HostTensor)>> {
+    let decomposed;
+    let graph = if npu_compiler::passes::decompose::needs_decomposition(graph) {
+        decomposed = npu_compiler::passes::decompose::decompose(graph.clone())?;
+        &decomposed
+    } else {
+        graph
+    };
     let mut env = ValueEnv::new();
     for (name, t) in inputs {
         let Some(&id) = graph

@@ -1,0 +1,117 @@
+//! Shape composites that move or combine data: diff, repeat/tile, constant padding.
+
+use super::emit::{dim, Emitter, R};
+use npu_ir::{BinaryOp, Composite, DType, LogicOp, Op};
+
+/// `diff(x, n, dim, prepend?, append?)`: `cat(prepend, x, append)` then `n` times
+/// `t[1:] - t[:-1]` along `dim` (`xor` for bools, as ATen).
+pub fn diff(em: &mut Emitter) -> R<()> {
+    let &Composite::Diff {
+        n,
+        dim: d,
+        prepend,
+        append,
+    } = em.composite()?
+    else {
+        return Err("internal: not diff".into());
+    };
+    let x = em.input(0)?;
+    let d = dim(d, em.ty(x).rank())?;
+    let mut parts = Vec::new();
+    let mut next = 1;
+    if prepend {
+        parts.push(em.input(next)?);
+        next += 1;
+    }
+    parts.push(x);
+    if append {
+        parts.push(em.input(next)?);
+    }
+    let mut t = em.cat(parts, d)?;
+    for _ in 0..n {
+        let len = em.shape(t)[d];
+        if len == 0 {
+            break;
+        }
+        let hi = em.slice(t, d, 1, len - 1);
+        let lo = em.slice(t, d, 0, len - 1);
+        t = if em.dtype(t) == DType::Bool {
+            let ty = em.ty(hi).clone();
+            em.emit1(Op::Logical { op: LogicOp::Xor }, vec![hi, lo], ty)
+        } else {
+            em.binary(BinaryOp::Sub, hi, lo)?
+        };
+    }
+    em.bind(0, t)
+}
+
+/// `repeat(repeats)`: the input (left-padded with 1s to the repeats' length) is viewed as
+/// `[1, s0, 1, s1, ..]`, expanded to `[r0, s0, r1, s1, ..]` and flattened pairwise.
+pub fn repeat(em: &mut Emitter) -> R<()> {
+    let Composite::Repeat { repeats } = em.composite()? else {
+        return Err("internal: not repeat".into());
+    };
+    let x = em.input(0)?;
+    let shape = em.shape(x);
+    if repeats.len() < shape.len() {
+        return Err(format!("{} repeats for a {shape:?} input", repeats.len()));
+    }
+    let mut padded = vec![1; repeats.len() - shape.len()];
+    padded.extend(&shape);
+    let (mut view, mut big, mut out) = (Vec::new(), Vec::new(), Vec::new());
+    for (&r, &s) in repeats.iter().zip(&padded) {
+        if r != 1 {
+            view.push(1);
+            big.push(r);
+        }
+        view.push(s);
+        big.push(s);
+        out.push(r * s);
+    }
+    let v = em.reshape(x, &view);
+    let e = em.expand(v, &big);
+    let r = em.reshape(e, &out);
+    em.bind(0, r)
+}
+
+/// `constant_pad_nd(pad, value)`: per dim from the last, negative amounts crop (slices) and
+/// positive ones concatenate blocks filled with `value`.
+pub fn constant_pad(em: &mut Emitter) -> R<()> {
+    let &Composite::ConstantPad { ref pad, value } = em.composite()? else {
+        return Err("internal: not constant_pad".into());
+    };
+    let x = em.input(0)?;
+    let rank = em.ty(x).rank();
+    if pad.len() % 2 != 0 || pad.len() / 2 > rank {
+        return Err(format!("padding {pad:?} for a rank-{rank} input"));
+    }
+    let mut t = x;
+    for (j, pair) in pad.chunks(2).enumerate() {
+        let d = rank - 1 - j;
+        let (lo, hi) = (pair[0], pair[1]);
+        let n = em.shape(t)[d] as i64;
+        let (crop_lo, crop_hi) = ((-lo).max(0), (-hi).max(0));
+        if crop_lo + crop_hi > n {
+            return Err(format!(
+                "padding {pad:?} crops dim {d} of size {n} below zero"
+            ));
+        }
+        t = em.slice(t, d, crop_lo as usize, (n - crop_lo - crop_hi) as usize);
+        let dtype = em.dtype(t);
+        let block = |em: &mut Emitter, amount: i64| {
+            let mut s = em.shape(t);
+            s[d] = amount as usize;
+            em.full(&s, dtype, value)
+        };
+        let mut all = Vec::new();
+        if lo > 0 {
+            all.push(block(em, lo));
+        }
+        all.push(t);
+        if hi > 0 {
+            all.push(block(em, hi));
+        }
+        t = em.cat(all, d)?;
+    }
+    em.bind(0, t)
+}
