@@ -85,14 +85,8 @@ impl Expr {
                     stack.push(binary(b, x, y));
                 }
                 Instr::Clamp { min, max } => {
-                    let mut a = stack.pop().unwrap_or(0.0);
-                    if let Some(m) = min {
-                        a = a.max(m);
-                    }
-                    if let Some(m) = max {
-                        a = a.min(m);
-                    }
-                    stack.push(a);
+                    let a = stack.pop().unwrap_or(0.0);
+                    stack.push(clamp(a, min, max));
                 }
                 Instr::Cast(dt) => {
                     let a = stack.pop().unwrap_or(0.0);
@@ -104,9 +98,49 @@ impl Expr {
     }
 }
 
+// PyTorch's relu, maximum, minimum and clamp propagate NaN; Rust's `f32::max/min` drop it
+// (`NaN.max(0.0) == 0.0`). These are written as one compare and a select, so they vectorize.
+
+/// `relu` with NaN kept.
+#[inline]
+pub fn relu(a: f32) -> f32 {
+    if a < 0.0 {
+        0.0
+    } else {
+        a
+    }
+}
+
+/// `maximum`: NaN if either operand is NaN.
+#[inline]
+pub fn nan_max(x: f32, y: f32) -> f32 {
+    if x > y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// `minimum`: NaN if either operand is NaN.
+#[inline]
+pub fn nan_min(x: f32, y: f32) -> f32 {
+    if x < y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// `clamp` with NaN kept.
+#[inline]
+pub fn clamp(a: f32, min: Option<f32>, max: Option<f32>) -> f32 {
+    let a = min.map_or(a, |m| nan_max(a, m));
+    max.map_or(a, |m| nan_min(a, m))
+}
+
 pub fn unary(u: UnaryOp, a: f32) -> f32 {
     match u {
-        UnaryOp::Relu => a.max(0.0),
+        UnaryOp::Relu => relu(a),
         UnaryOp::Silu => a / (1.0 + (-a).exp()),
         UnaryOp::Gelu => 0.5 * a * (1.0 + erf(a / std::f32::consts::SQRT_2)),
         UnaryOp::GeluTanh => {
@@ -140,8 +174,8 @@ pub fn binary(b: BinaryOp, x: f32, y: f32) -> f32 {
                 x.powf(y)
             }
         }
-        BinaryOp::Max => x.max(y),
-        BinaryOp::Min => x.min(y),
+        BinaryOp::Max => nan_max(x, y),
+        BinaryOp::Min => nan_min(x, y),
     }
 }
 

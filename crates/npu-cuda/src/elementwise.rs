@@ -102,18 +102,22 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
                     BinaryOp::Mul => format!("{x} * {y}"),
                     BinaryOp::Div => format!("{x} / {y}"),
                     BinaryOp::Pow => format!("({y} == 2.0f ? {x} * {x} : powf({x}, {y}))"),
-                    BinaryOp::Max => format!("fmaxf({x}, {y})"),
-                    BinaryOp::Min => format!("fminf({x}, {y})"),
+                    // NaN propagates as in PyTorch (fmaxf/fminf would drop it)
+                    BinaryOp::Max => format!("(({x}) > ({y}) || ({x}) != ({x}) ? ({x}) : ({y}))"),
+                    BinaryOp::Min => format!("(({x}) < ({y}) || ({x}) != ({x}) ? ({x}) : ({y}))"),
                 };
                 push(&mut body, &mut stack, e);
             }
             Instr::Clamp { min, max } => {
                 let mut x = stack.pop().unwrap_or_else(|| "0.0f".into());
                 if let Some(m) = min {
-                    x = format!("fmaxf({x}, __int_as_float({}))", m.to_bits() as i32);
+                    // `x < m ? m : x` keeps NaN (fmaxf would not)
+                    let m = format!("__int_as_float({})", m.to_bits() as i32);
+                    x = format!("(({x}) < {m} ? {m} : ({x}))");
                 }
                 if let Some(m) = max {
-                    x = format!("fminf({x}, __int_as_float({}))", m.to_bits() as i32);
+                    let m = format!("__int_as_float({})", m.to_bits() as i32);
+                    x = format!("(({x}) > {m} ? {m} : ({x}))");
                 }
                 push(&mut body, &mut stack, x);
             }

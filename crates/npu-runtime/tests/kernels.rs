@@ -686,3 +686,90 @@ fn attention_gqa_masked_causal_and_long_context() {
     // Beyond 2048 positions: no length limit.
     attention_case(1, 4, 2, 2, 2500, 16, false, DType::F32);
 }
+
+/// relu, maximum, minimum and clamp keep NaN as PyTorch does (issue 11: the compiled relu
+/// turned NaN into 0, so the answer depended on the partition); infinities clamp normally.
+#[test]
+fn elementwise_nan_and_inf_follow_pytorch() {
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -2.5, 0.0, 3.0];
+    type Reference = fn(f32, f32) -> f32;
+    let cases: [(Vec<Instr>, Reference); 4] = [
+        (vec![Instr::Load(0), Instr::Unary(UnaryOp::Relu)], |x, _| {
+            if x.is_nan() {
+                f32::NAN
+            } else {
+                x.max(0.0)
+            }
+        }),
+        (
+            vec![Instr::Load(0), Instr::Load(1), Instr::Binary(BinaryOp::Max)],
+            |x, y| {
+                if x.is_nan() || y.is_nan() {
+                    f32::NAN
+                } else {
+                    x.max(y)
+                }
+            },
+        ),
+        (
+            vec![Instr::Load(0), Instr::Load(1), Instr::Binary(BinaryOp::Min)],
+            |x, y| {
+                if x.is_nan() || y.is_nan() {
+                    f32::NAN
+                } else {
+                    x.min(y)
+                }
+            },
+        ),
+        (
+            vec![
+                Instr::Load(0),
+                Instr::Clamp {
+                    min: Some(-1.0),
+                    max: Some(1.0),
+                },
+            ],
+            |x, _| {
+                if x.is_nan() {
+                    f32::NAN
+                } else {
+                    x.clamp(-1.0, 1.0)
+                }
+            },
+        ),
+    ];
+    let n = specials.len();
+    for (code, want) in cases {
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            let mut rng = Rng(3);
+            // every pair (specials[i], specials[j]) once
+            let shape = [n, n];
+            let mut x = T::rand(dt, &shape, &mut rng);
+            let mut y = T::rand(dt, &shape, &mut rng);
+            for i in 0..n {
+                for j in 0..n {
+                    store_f32(&mut x.data, dt, i * n + j, specials[i]);
+                    store_f32(&mut y.data, dt, i * n + j, specials[j]);
+                }
+            }
+            let mut out = T::rand(dt, &shape, &mut rng);
+            let expr = Expr { code: code.clone() };
+            let inputs = expr.num_inputs();
+            let mut ins: Vec<&mut T> = vec![&mut x, &mut y];
+            ins.truncate(inputs);
+            run(&Kernel::Elementwise { expr }, &mut ins, &mut out);
+            for i in 0..n {
+                for j in 0..n {
+                    let got = out.at(&[i, j]) as f32;
+                    let w = want(specials[i], specials[j]);
+                    assert!(
+                        got == w || (got.is_nan() && w.is_nan()),
+                        "{code:?} {dt} at ({}, {}): got {got}, PyTorch {w}",
+                        specials[i],
+                        specials[j]
+                    );
+                }
+            }
+        }
+    }
+}

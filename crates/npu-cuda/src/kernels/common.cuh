@@ -133,7 +133,7 @@ __device__ __forceinline__ i64 offset_lead(const TD& t, int r, i64 lin) {
 // Unary op codes (must match the Rust side, unary_code()).
 __device__ __forceinline__ float apply_unary(int code, float a) {
   switch (code) {
-    case 0: return fmaxf(a, 0.0f);
+    case 0: return a < 0.0f ? 0.0f : a;  // relu keeps NaN, as PyTorch's
     case 1: return a / (1.0f + expf(-a));
     case 2: return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
     case 3: { float c = 0.7978845608028654f; return 0.5f * a * (1.0f + tanhf(c * (a + 0.044715f * a * a * a))); }

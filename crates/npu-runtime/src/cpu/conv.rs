@@ -3,7 +3,7 @@
 
 use super::gemm::{epilogue, matmul, Mat};
 use super::view::{with_scratch, SendPtr, View};
-use npu_compiler::expr::unary;
+use npu_compiler::expr::{relu, unary};
 use npu_compiler::program::ConvDims;
 use npu_ir::UnaryOp;
 use rayon::prelude::*;
@@ -162,7 +162,7 @@ pub fn conv2d(
                                     match p.act {
                                         None => row.iter_mut().for_each(|v| *v += bv),
                                         Some(UnaryOp::Relu) => {
-                                            row.iter_mut().for_each(|v| *v = (*v + bv).max(0.0))
+                                            row.iter_mut().for_each(|v| *v = relu(*v + bv))
                                         }
                                         Some(a) => {
                                             row.iter_mut().for_each(|v| *v = unary(a, *v + bv))

@@ -1,7 +1,7 @@
 //! Fused elementwise expressions, evaluated block-wise over rows of the output.
 
 use super::view::{chunks_for, offset_in, with_scratch, View};
-use npu_compiler::expr::{binary, round_to, unary, Expr, Instr};
+use npu_compiler::expr::{binary, clamp, relu, round_to, unary, Expr, Instr};
 use npu_ir::{BinaryOp, UnaryOp};
 use rayon::prelude::*;
 
@@ -74,7 +74,7 @@ pub fn elementwise(expr: &Expr, ins: &[View], out: &View) -> Result<(), String> 
                         Instr::Unary(u) => {
                             let v = &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len];
                             if u == UnaryOp::Relu {
-                                v.iter_mut().for_each(|x| *x = x.max(0.0));
+                                v.iter_mut().for_each(|x| *x = relu(*x));
                             } else if u == UnaryOp::Silu {
                                 v.iter_mut().for_each(|x| *x /= 1.0 + fast_exp(-*x));
                             } else if u == UnaryOp::Exp {
@@ -100,12 +100,7 @@ pub fn elementwise(expr: &Expr, ins: &[View], out: &View) -> Result<(), String> 
                         }
                         Instr::Clamp { min, max } => {
                             for x in &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len] {
-                                if let Some(m) = min {
-                                    *x = x.max(m);
-                                }
-                                if let Some(m) = max {
-                                    *x = x.min(m);
-                                }
+                                *x = clamp(*x, min, max);
                             }
                         }
                         Instr::Cast(dt) => {
