@@ -27,7 +27,8 @@ pub fn report_unrunnable(model: &Path, target: &Target, nowhere: &[Unrunnable]) 
 }
 
 pub fn check(model: &Path, target: &Target) -> Result<ExitCode> {
-    let graph = crate::load_graph(model)?;
+    // placement sees the graph `npu partition` and `npu run` place: composites decomposed
+    let graph = npu_compiler::passes::decompose::decompose(crate::load_graph(model)?)?;
     let nodes = graph.nodes.len();
     let placements = place_for_target(&graph, target, &[]);
     if report_unrunnable(model, target, &unrunnable(&graph, &placements)) {

@@ -100,6 +100,23 @@ fn check_passes_real_models_and_lists_violations() {
     assert!(text(&o.stdout).contains("node 'gelu' (aten.stft.default)"));
 }
 
+/// A graph with composite ops (llama-tiny builds its mask with aten.diff) is checked as
+/// `npu partition`/`npu run` place it: decomposed first, so nothing is reported unrunnable.
+#[test]
+fn check_and_partition_decompose_composites_first() {
+    let model = fixture("llama-tiny/model.ir.json");
+    for cmd in ["check", "partition"] {
+        let o = npu(&[cmd, &model]);
+        assert!(
+            o.status.success(),
+            "npu {cmd}: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        assert!(!text(&o.stdout).contains("can run neither"), "npu {cmd}");
+    }
+}
+
 #[test]
 fn check_accepts_graphs_that_fall_back() {
     let o = npu(&["check", &fixture("bert-tiny/model.ir.json")]);
