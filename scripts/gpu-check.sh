@@ -3,10 +3,12 @@
 # Here (once per change): scripts/gpu-check.sh --stage   (release build of npu, npu-cuda-check and
 #   npu-cuda-bench into .device/, plus the pytorch-ir wheel into .whl/; both ignored via
 #   .git/info/exclude and carried to the device).
-# There: scripts/gpu-check.sh [--bench] [gpu_check args]: installs the wheel, runs every kernel kind
-#   against the CPU backend, ResNet-18/50 f16 and Qwen2.5 (tiny f32/bf16, 1.5B bf16) against
-#   PyTorch on the same GPU, prints a table; with --bench also runs the benchmark
-#   (python -m npu_export.gpu_bench). Logs and JSON go to $OUT (or /tmp/npu-gpu-out).
+# There: scripts/gpu-check.sh [--bench] [--no-sanitize] [gpu_check args]: installs the wheel, runs
+#   every kernel kind against the CPU backend, ResNet-18/50 f16 and Qwen2.5 (tiny f32/bf16, 1.5B
+#   bf16) against PyTorch on the same GPU, prints a table; then compute-sanitizer memcheck and
+#   racecheck over the kernel check (short contexts) and one end-to-end model (Qwen2.5-tiny f32,
+#   prefill + 2 decode steps; exit status non-zero on any reported error); with --bench also runs
+#   the benchmark (python -m npu_export.gpu_bench). Logs and JSON go to $OUT (or /tmp/npu-gpu-out).
 # On an H100 the check takes ~4-5 min and the benchmark ~4 min once the exports exist: from a fresh
 # machine, run them as two calls (check, then scripts/gpu-bench.sh while the machine is warm: the
 # exports in /tmp/npu-gpu are reused) to stay inside one call's 10 minutes.
@@ -24,8 +26,14 @@ if [ "${1:-}" = "--stage" ]; then
         --python-version 3.12 --implementation cp --platform any -d .whl pytorch-ir==0.2.3
     exit 0
 fi
-bench=0
-if [ "${1:-}" = "--bench" ]; then bench=1; shift; fi
+bench=0 sanitize=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bench) bench=1; shift ;;
+        --no-sanitize) sanitize=0; shift ;;
+        *) break ;;
+    esac
+done
 out=${OUT:-/tmp/npu-gpu-out}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -35,6 +43,31 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 rc=0
 python3 -m npu_export.gpu_check --bin .device --work /tmp/npu-gpu --json "$out/gpu-check.json" "$@" \
     2>&1 | tee "$out/gpu-check.log" || rc=$?
+if [ "$sanitize" = 1 ]; then
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    tiny=/tmp/npu-gpu/qwen2.5-tiny-f32
+    for tool in memcheck racecheck; do
+        for what in kernels model; do
+            if [ "$what" = kernels ]; then
+                cmd=(.device/npu-cuda-check --no-long)
+            else
+                cmd=(.device/npu-cuda-bench teacher --prefill "$tiny/prefill-f32.npubin"
+                    --decode "$tiny/decode-f32.npubin" --weights "$tiny/weights.safetensors"
+                    --io "$tiny/io.safetensors" --steps 2 --out /tmp/npu-sanitize.safetensors)
+            fi
+            t0=$(date +%s)
+            if timeout 300 "$cs" --tool "$tool" --error-exitcode 97 --print-limit 20 "${cmd[@]}" \
+                >"$out/sanitize-$tool-$what.log" 2>&1; then
+                verdict=ok
+            else
+                verdict="FAIL (exit $?)"; rc=1
+            fi
+            summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize-$tool-$what.log" | tail -1)
+            echo "compute-sanitizer $tool over $what: $verdict, ${summary:-no summary} ($(( $(date +%s) - t0 )) s)" \
+                | tee -a "$out/gpu-check.log"
+        done
+    done
+fi
 if [ "$bench" = 1 ]; then
     python3 -m npu_export.gpu_bench --bin .device --work /tmp/npu-gpu --json "$out/cuda-bench.json" \
         2>&1 | tee "$out/gpu-bench.log" || rc=$?

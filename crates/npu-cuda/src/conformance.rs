@@ -324,6 +324,41 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
             .input(rng, &[4, 3, 3, 3], F32)
             .output(&[1, 4, 7, 7], F32),
     );
+    // Grouped convolutions up to 1024 taps per group run as one direct kernel.
+    v.push(
+        Case::new(
+            "conv f16 depthwise 2x32x15x13 k3 s2 p1 bias relu",
+            conv(2, 1, 32, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[2, 32, 15, 13], F16)
+        .input(rng, &[32, 1, 3, 3], F16)
+        .input(rng, &[32], F16)
+        .output(&[2, 32, 8, 7], F16),
+    );
+    v.push(
+        Case::new(
+            "conv bf16 depthwise x2 1x8x9x10 k5 p2 dilation 2",
+            Kernel::Conv2d {
+                stride: [1, 1],
+                padding: [2, 4],
+                dilation: [2, 2],
+                groups: 8,
+                act: None,
+            },
+        )
+        .input(rng, &[1, 8, 9, 10], BF16)
+        .input(rng, &[16, 1, 5, 5], BF16)
+        .output(&[1, 16, 5, 10], BF16),
+    );
+    v.push(
+        Case::new(
+            "conv f32 groups 2 of 128 channels k3 (im2col)",
+            conv(1, 1, 2, None),
+        )
+        .input(rng, &[1, 256, 6, 5], F32)
+        .input(rng, &[8, 128, 3, 3], F32)
+        .output(&[1, 8, 6, 5], F32),
+    );
     v.push(
         Case::new(
             "conv bf16 3x64x7x7 1x1 (padded channels out)",

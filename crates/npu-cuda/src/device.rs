@@ -33,6 +33,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_conv_epilogue2",
     "k_attn",
     "k_attn_combine",
+    "k_conv_direct",
 ];
 
 pub(crate) fn library_source() -> String {
@@ -41,6 +42,7 @@ pub(crate) fn library_source() -> String {
         include_str!("kernels/basic.cu"),
         include_str!("kernels/gemm.cu"),
         include_str!("kernels/attention.cu"),
+        include_str!("kernels/conv.cu"),
     ]
     .join("\n")
 }

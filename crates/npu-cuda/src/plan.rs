@@ -44,6 +44,10 @@ fn need(
     Ok(())
 }
 
+/// Grouped convolutions whose group reduces over at most this many taps (cg x kh x kw) run as
+/// one direct kernel; larger groups amortize im2col + a tensor-core GEMM per group.
+const DIRECT_CONV_MAX_TAPS: usize = 1024;
+
 fn kl(func: Func, grid: (u32, u32, u32), block: u32, smem: u32, args: Vec<Arg>) -> Launch {
     Launch::Kernel(KernelLaunch {
         func,
@@ -602,6 +606,9 @@ impl Planner<'_> {
         )?;
         let og = o / g;
         let kc = cg * kh * kw;
+        if g > 1 && kc <= DIRECT_CONV_MAX_TAPS {
+            return Ok(self.conv_direct(p, x, w, bias, out, n * o * oh * ow));
+        }
         let cols = n * oh * ow;
         let wdt = if w.dtype.is_float() && w.dtype != DType::F64 {
             w.dtype
@@ -725,6 +732,43 @@ impl Planner<'_> {
             launches,
             scratch: col_bytes + d_bytes,
         })
+    }
+
+    /// Grouped and depthwise convolutions in one launch (kernels/conv.cu).
+    fn conv_direct(
+        &self,
+        p: &ConvP,
+        x: &Binding,
+        w: &Binding,
+        bias: Option<&Binding>,
+        out: &Binding,
+        total: usize,
+    ) -> StepPlan {
+        let i = |v: usize| Arg::I32(v as i32);
+        StepPlan {
+            launches: vec![kl(
+                self.f("k_conv_direct"),
+                (grid_for(total), 1, 1),
+                256,
+                0,
+                vec![
+                    Arg::Td(TdArg::of(x)),
+                    Arg::Td(TdArg::of(w)),
+                    Arg::Td(bias.map_or(TdArg::null(), TdArg::of)),
+                    Arg::I32(i32::from(bias.is_some())),
+                    Arg::I32(p.act),
+                    Arg::Td(TdArg::of(out)),
+                    i(p.groups),
+                    i(p.stride[0]),
+                    i(p.stride[1]),
+                    i(p.padding[0]),
+                    i(p.padding[1]),
+                    i(p.dilation[0]),
+                    i(p.dilation[1]),
+                ],
+            )],
+            scratch: 0,
+        }
     }
 
     fn attention(

@@ -251,6 +251,11 @@ fn conv2d_matches_reference_with_groups_stride_padding_dilation() {
         (1, 33, 5, 6, 35, 1, 2, 0, 1, 1),
         (2, 4, 8, 8, 4, 3, 1, 1, 1, 4),
         (1, 6, 6, 6, 300, 3, 1, 1, 1, 2),
+        // Direct grouped path: depthwise x2 with stride and dilation, a 7x7 depthwise.
+        (1, 8, 9, 10, 16, 5, 2, 2, 2, 8),
+        (2, 12, 14, 14, 12, 7, 1, 3, 1, 12),
+        // Wide groups (32 channels each) stay on im2col + GEMM.
+        (1, 64, 5, 5, 8, 3, 1, 1, 1, 2),
     ];
     for &(n, c, h, wd, o, k, s, p, d, g) in &cases {
         for dt in [DType::F32, DType::F16] {

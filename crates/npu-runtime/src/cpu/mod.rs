@@ -5,6 +5,7 @@
 pub mod amx;
 pub mod attention;
 pub mod conv;
+pub mod conv_grouped;
 pub mod copy;
 pub mod dot;
 pub mod elementwise;
