@@ -2,7 +2,8 @@
 
 1. every kernel kind against the CPU backend (``npu-cuda-check``: random and odd shapes, long
    contexts);
-2. ResNet-18/50 compiled to f16 against PyTorch f16 on the same GPU (top-5 agreement, Pearson r);
+2. ResNet-18/50, MobileNetV2, EfficientNet-B0 (width 0.75) and a small ConvNeXt compiled to f16
+   against PyTorch f16 on the same GPU (top-5 agreement, Pearson r);
 3. Qwen2.5-tiny (f32 and bf16) and Qwen2.5-1.5B (random bf16 weights): prefill plus N decode steps,
    per-step logits against PyTorch on the same GPU, fed the same tokens (Pearson r > 0.99, top-5
    overlap >= 4/5).
@@ -51,15 +52,20 @@ def kernel_rows(bin_dir: Path, work: Path, log: Path) -> list[Row]:
 
 def resnet_rows(bin_dir: Path, npu: str, work: Path, model: str, log: Path) -> list[Row]:
     from . import vision
+    from .gpu_bench import EXTRA_VISION, export_extra
 
-    d = g.export(model, work / f"{model}-b1", ["--batch", "1"], log)
+    if model in EXTRA_VISION:
+        d = export_extra(model, work / f"{model}-b1")
+        build = EXTRA_VISION[model][0]
+    else:
+        d = g.export(model, work / f"{model}-b1", ["--batch", "1"], log)
+        build = vision.MODELS[model][0]
     prog = g.compile_program(npu, d / "model.ir.json", d / "f16.npubin", "f16", log)
     ours_file = d / "cuda-out.safetensors"
     g.time_program(bin_dir, prog, d, 5, log, out=ours_file)
     ours = next(iter(load_file(str(ours_file)).values())).float().cpu()
     io = load_file(str(d / "io.safetensors"))
     x = next(v for k, v in io.items() if k.startswith("input."))
-    build, _ = vision.MODELS[model]
     torch.manual_seed(0)
     net = build()
     vision.randomize_batchnorm(net, torch.Generator().manual_seed(0))
@@ -203,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs: list[tuple[str, Any]] = []
     if not a.skip_kernels:
         jobs.append(("kernels", lambda: kernel_rows(a.bin, a.work, log)))
-    for m in ("resnet18", "resnet50"):
+    # ResNets, then depthwise/grouped CNNs (direct grouped-convolution kernel).
+    for m in ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0_w0.75", "convnext_small_config"):
         jobs.append((m, lambda m=m: resnet_rows(a.bin, npu, a.work, m, log)))
     for dt in ("f32", "bf16"):
         jobs.append(
