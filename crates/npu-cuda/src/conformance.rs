@@ -350,6 +350,45 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         .input(rng, &[16, 1, 5, 5], BF16)
         .output(&[1, 16, 5, 10], BF16),
     );
+    // 16-bit columns, eight per thread (columns a multiple of 8).
+    v.push(
+        Case::new(
+            "conv f16 2x16x12x10 k3 p1 -> 24 (im2col8)",
+            conv(1, 1, 1, None),
+        )
+        .input(rng, &[2, 16, 12, 10], F16)
+        .input(rng, &[24, 16, 3, 3], F16)
+        .output(&[2, 24, 12, 10], F16),
+    );
+    v.push(
+        Case::new(
+            "conv f32 x, bf16 w 1x8x17x16 k3 s2 p1 (im2col8 converting)",
+            conv(2, 1, 1, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[1, 8, 17, 16], F32)
+        .input(rng, &[12, 8, 3, 3], BF16)
+        .output(&[1, 12, 9, 8], BF16),
+    );
+    // 1x1 convolutions: one GEMM batched over the images, no im2col.
+    v.push(
+        Case::new(
+            "conv f16 1x1 4x96x8x8 -> 72 bias relu (batched GEMM)",
+            conv(1, 0, 1, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[4, 96, 8, 8], F16)
+        .input(rng, &[72, 96, 1, 1], F16)
+        .input(rng, &[72], F16)
+        .output(&[4, 72, 8, 8], F16),
+    );
+    v.push(
+        Case::new(
+            "conv f32 1x1 2x24x5x3 -> 8 (odd planes)",
+            conv(1, 0, 1, None),
+        )
+        .input(rng, &[2, 24, 5, 3], F32)
+        .input(rng, &[8, 24, 1, 1], F32)
+        .output(&[2, 8, 5, 3], F32),
+    );
     v.push(
         Case::new(
             "conv f32 groups 2 of 128 channels k3 (im2col)",
@@ -407,6 +446,23 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         )
         .input(rng, &[2, 3, 7, 5], BF16)
         .output(&[2, 3, 3, 2], BF16),
+    );
+    // Windows of 32 or more: one warp per output.
+    v.push(
+        Case::new(
+            "adaptive avgpool f16 40x33 -> 1x1 (warp)",
+            Kernel::AdaptiveAvgPool2d,
+        )
+        .input(rng, &[2, 24, 40, 33], F16)
+        .output(&[2, 24, 1, 1], F16),
+    );
+    v.push(
+        Case::new(
+            "adaptive avgpool f32 20x17 -> 2x3 (warp)",
+            Kernel::AdaptiveAvgPool2d,
+        )
+        .input(rng, &[1, 5, 20, 17], F32)
+        .output(&[1, 5, 2, 3], F32),
     );
     // Fused elementwise with broadcasting and mixed dtypes.
     let ew = Expr {

@@ -140,8 +140,9 @@ fn lt_operand(
     None
 }
 
-/// Plans D[batch, m, n] (f32, dense, in scratch at `d_off`) = alpha * a @ b with cuBLASLt.
-/// `a`, `b` are aligned to the output's rank. None when cuBLASLt cannot take the layouts.
+/// Plans D[batch, m, n] (f32, in scratch at `d_off`) = alpha * a @ b with cuBLASLt. D's rows
+/// are `d_layout.0` apart and its batches `d_layout.1` (dense: `(n, m * n)`). `a`, `b` are
+/// aligned to the output's rank. None when cuBLASLt cannot take the layouts.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_lt(
     dev: &Device,
@@ -155,6 +156,7 @@ pub(crate) fn plan_lt(
     batches: i64,
     alpha: f32,
     d_off: u64,
+    d_layout: (i64, i64),
 ) -> CudaResult<Option<LtCall>> {
     let (Some(ta), Some(tb)) = (lt_type(a_dtype), lt_type(b_dtype)) else {
         return Ok(None);
@@ -234,7 +236,7 @@ pub(crate) fn plan_lt(
     };
     let l_a = mk(tb, la.0, la.1, la.2, sb)?;
     let l_b = mk(ta, lb.0, lb.1, lb.2, sa)?;
-    let l_d = mk(f32t, n as u64, m as u64, n, m * n)?;
+    let l_d = mk(f32t, n as u64, m as u64, d_layout.0, d_layout.1)?;
     let pref = lt::create_matmul_pref().map_err(blas("preference"))?;
     let ws = LT_WORKSPACE;
     // SAFETY: live objects; the heuristic only reads them.

@@ -3,7 +3,7 @@
 //! made here, once, at prepare time.
 
 use crate::device::{Device, Func};
-use crate::gemm::{epilogue, plan_lt, LT_WORKSPACE};
+use crate::gemm::{epilogue, plan_lt, LtCall, LT_WORKSPACE};
 use crate::launch::{dtype_code, grid_for, unary_code, Arg, KernelLaunch, Launch, Loc, TdArg};
 use npu_compiler::program::{Binding, ConvDims, Kernel, PoolKind, Step};
 use npu_ir::DType;
@@ -165,13 +165,15 @@ impl Planner<'_> {
                         x.shape, o.shape
                     ));
                 }
-                vec![kl(
-                    self.f("k_adaptive_avg_pool2d"),
-                    (grid_for(o.numel()), 1, 1),
-                    256,
-                    0,
-                    vec![td(x), td(o)],
-                )]
+                // Largest window: ceil(H / OH) x ceil(W / OW).
+                let window =
+                    x.shape[2].div_ceil(o.shape[2].max(1)) * x.shape[3].div_ceil(o.shape[3].max(1));
+                let (name, grid) = if window >= 32 {
+                    ("k_adaptive_avg_pool2d_warp", grid_for(o.numel() * 32))
+                } else {
+                    ("k_adaptive_avg_pool2d", grid_for(o.numel()))
+                };
+                vec![kl(self.f(name), (grid, 1, 1), 256, 0, vec![td(x), td(o)])]
             }
             Kernel::Elementwise { expr } => {
                 need(ins, outs, 0, usize::MAX, 1)?;
@@ -521,6 +523,7 @@ impl Planner<'_> {
                 batches as i64,
                 alpha,
                 d_off,
+                (n as i64, (m * n) as i64),
             )
             .map_err(|e| e.to_string())?;
             if let Some(call) = lt {
@@ -619,12 +622,34 @@ impl Planner<'_> {
         let d_bytes = align((og * cols * 4) as u64);
         let (col_off, d_off) = (SCRATCH0, SCRATCH0 + col_bytes);
         let w_dense = w.is_contiguous() && w.dtype == wdt;
+        // 1x1, stride 1, no padding, over dense planes: the input already is each image's
+        // [cg, pix] B matrix, so one GEMM batched over images replaces im2col.
+        let pointwise = kh == 1
+            && kw == 1
+            && p.stride == [1, 1]
+            && p.padding == [0, 0]
+            && x.dtype == wdt
+            && w_dense
+            && x.strides[3] == 1
+            && (h == 1 || x.strides[2] == wd);
         let mut launches = Vec::new();
         for gi in 0..g {
             let i = |v: usize| Arg::I32(v as i32);
+            let lt = if pointwise {
+                self.conv_1x1_lt(x, w, gi, [n, cg, og, oh * ow], d_off)?
+            } else {
+                None
+            };
+            if let Some(call) = lt {
+                launches.push(Launch::Lt(Box::new(call)));
+                launches.push(self.conv_epilogue(p, bias, out, gi, og, cols, d_off));
+                continue;
+            }
             // 32-bit index kernels (2-D grids) when the sizes fit, else the 64-bit ones.
             let small = cols < i32::MAX as usize && h * wd < i32::MAX as usize;
-            let (im2col, im_grid) = if small {
+            let (im2col, im_grid) = if wdt.size_bytes() == 2 && cols % 8 == 0 {
+                ("k_im2col8", (grid_for(kc * cols / 8), 1, 1))
+            } else if small {
                 (
                     "k_im2col2",
                     (cols.div_ceil(256).min(4096) as u32, kc.min(65535) as u32, 1),
@@ -685,6 +710,7 @@ impl Planner<'_> {
                     1,
                     1.0,
                     d_off,
+                    (cols as i64, (og * cols) as i64),
                 )
                 .map_err(|e| e.to_string())?
             } else {
@@ -703,35 +729,96 @@ impl Planner<'_> {
                     ));
                 }
             }
-            let (epi, epi_grid) = if small {
-                (
-                    "k_conv_epilogue2",
-                    (cols.div_ceil(256).min(4096) as u32, og.min(65535) as u32, 1),
-                )
-            } else {
-                ("k_conv_epilogue", (grid_for(og * cols), 1, 1))
-            };
-            launches.push(kl(
-                self.f(epi),
-                epi_grid,
-                256,
-                0,
-                vec![
-                    Arg::Ptr(0, Loc::Scratch(d_off)),
-                    Arg::I64(cols as i64),
-                    Arg::I64((gi * og) as i64),
-                    Arg::Td(bias.map_or(TdArg::null(), TdArg::of)),
-                    Arg::I32(i32::from(bias.is_some())),
-                    Arg::I32(p.act),
-                    Arg::Td(TdArg::of(out)),
-                    Arg::I64(og as i64),
-                ],
-            ));
+            launches.push(self.conv_epilogue(p, bias, out, gi, og, cols, d_off));
         }
         Ok(StepPlan {
             launches,
             scratch: col_bytes + d_bytes,
         })
+    }
+
+    /// Group `gi` of a 1x1 convolution over dense planes as one cuBLASLt GEMM batched over the
+    /// images: D[o, img * pix + q] = sum_c W[gi * og + o, c] x[img, gi * cg + c, q], i.e. D
+    /// rows `cols` apart and images `pix` apart, the layout the conv epilogue reads.
+    fn conv_1x1_lt(
+        &self,
+        x: &Binding,
+        w: &Binding,
+        gi: usize,
+        [n, cg, og, pix]: [usize; 4],
+        d_off: u64,
+    ) -> Result<Option<LtCall>, String> {
+        let esz = x.dtype.size_bytes();
+        let mut b = TdArg::of(x);
+        if let Loc::Slot(s, off) = b.loc {
+            b.loc = Loc::Slot(s, off + (gi * cg * x.strides[1] * esz) as u64);
+        }
+        b.td.rank = 3;
+        b.td.sh[..3].copy_from_slice(&[n as i64, cg as i64, pix as i64]);
+        b.td.st[..3].copy_from_slice(&[x.strides[0] as i64, x.strides[1] as i64, 1]);
+        let mut a = TdArg::of(w);
+        if let Loc::Slot(s, off) = a.loc {
+            a.loc = Loc::Slot(
+                s,
+                off + (gi * og * w.strides[0] * w.dtype.size_bytes()) as u64,
+            );
+        }
+        a.td.rank = 3;
+        a.td.sh[..3].copy_from_slice(&[n as i64, og as i64, cg as i64]);
+        a.td.st[..3].copy_from_slice(&[0, cg as i64, 1]);
+        plan_lt(
+            self.dev,
+            &a,
+            &b,
+            w.dtype,
+            x.dtype,
+            og as i64,
+            pix as i64,
+            cg as i64,
+            n as i64,
+            1.0,
+            d_off,
+            ((n * pix) as i64, pix as i64),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    /// out[:, gi * og + o] = act(D[o, :] + bias) for one group, from D laid out [og, cols].
+    #[allow(clippy::too_many_arguments)]
+    fn conv_epilogue(
+        &self,
+        p: &ConvP,
+        bias: Option<&Binding>,
+        out: &Binding,
+        gi: usize,
+        og: usize,
+        cols: usize,
+        d_off: u64,
+    ) -> Launch {
+        let (epi, epi_grid) = if cols < i32::MAX as usize {
+            (
+                "k_conv_epilogue2",
+                (cols.div_ceil(256).min(4096) as u32, og.min(65535) as u32, 1),
+            )
+        } else {
+            ("k_conv_epilogue", (grid_for(og * cols), 1, 1))
+        };
+        kl(
+            self.f(epi),
+            epi_grid,
+            256,
+            0,
+            vec![
+                Arg::Ptr(0, Loc::Scratch(d_off)),
+                Arg::I64(cols as i64),
+                Arg::I64((gi * og) as i64),
+                Arg::Td(bias.map_or(TdArg::null(), TdArg::of)),
+                Arg::I32(i32::from(bias.is_some())),
+                Arg::I32(p.act),
+                Arg::Td(TdArg::of(out)),
+                Arg::I64(og as i64),
+            ],
+        )
     }
 
     /// Grouped and depthwise convolutions in one launch (kernels/conv.cu).

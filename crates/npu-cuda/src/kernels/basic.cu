@@ -221,5 +221,27 @@ extern "C" __global__ void k_adaptive_avg_pool2d(TD x, TD out) {
   }
 }
 
+// Adaptive average pooling with one warp per output, for windows of a warp's size or more (the
+// global pooling of squeeze-excitation blocks: one thread per output summed thousands of
+// pixels serially). Lanes stride over the window; the same bounds as k_adaptive_avg_pool2d.
+extern "C" __global__ void k_adaptive_avg_pool2d_warp(TD x, TD out) {
+  i64 N = out.sh[0], C = out.sh[1], OH = out.sh[2], OW = out.sh[3];
+  i64 H = x.sh[2], W = x.sh[3];
+  i64 total = N * C * OH * OW;
+  int lane = threadIdx.x & 31;
+  i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+  for (i64 e = blockIdx.x * (i64)(blockDim.x >> 5) + (threadIdx.x >> 5); e < total; e += warps) {
+    i64 ox = e % OW, oy = (e / OW) % OH, c = (e / (OW * OH)) % C, n = e / (OW * OH * C);
+    i64 xb = n * x.st[0] + c * x.st[1];
+    i64 h0 = oy * H / OH, h1 = ((oy + 1) * H + OH - 1) / OH;
+    i64 w0 = ox * W / OW, w1 = ((ox + 1) * W + OW - 1) / OW;
+    i64 ww = w1 - w0, cnt = (h1 - h0) * ww;
+    float s = 0.0f;
+    for (i64 t = lane; t < cnt; t += 32) s += ld(x, xb + (h0 + t / ww) * x.st[2] + (w0 + t % ww) * x.st[3]);
+    s = warp_sum(s);
+    if (lane == 0) st(out, n * out.st[0] + c * out.st[1] + oy * out.st[2] + ox * out.st[3], s / (float)(cnt > 0 ? cnt : 1));
+  }
+}
+
 // Zeroes the error word (first launch of every run).
 extern "C" __global__ void k_clear_err(int* err) { *err = 0; }
