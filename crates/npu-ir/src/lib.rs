@@ -36,6 +36,18 @@ pub fn parse_str(text: &str) -> Result<Graph, IrError> {
     Graph::from_raw(raw)
 }
 
+/// Types one op the way the graph reader does, for support queries that have no graph
+/// (`n_inputs` tensor inputs, input 0 of rank `in_rank`). In-place variants type as their
+/// functional op.
+pub fn parse_op(
+    op_type: &str,
+    attrs: &serde_json::Map<String, serde_json::Value>,
+    n_inputs: usize,
+    in_rank: usize,
+) -> Result<Op, IrError> {
+    Op::parse(op_type, op_type, attrs, n_inputs, in_rank).map(|(op, _)| op)
+}
+
 /// Reads and parses an IR JSON file; errors name the file.
 pub fn load(path: &Path) -> Result<Graph, IrError> {
     let text = std::fs::read_to_string(path).map_err(|e| IrError::Io {
