@@ -22,6 +22,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
+mod device_io;
+pub use device_io::DevicePtr;
+
 pub struct CudaExecutable {
     dev: Arc<Device>,
     program: Program,
@@ -413,6 +416,32 @@ impl CudaExecutable {
         self.last_gpu_ms = start.elapsed_ms(&stop).unwrap_or(0.0);
         Ok(())
     }
+
+    /// Binds the input buffers at `ptrs` (relocating the launches and dropping the captured
+    /// graph when they moved), runs, and checks the kernels' error word.
+    fn execute_bound(&mut self, ptrs: Vec<u64>) -> Result<()> {
+        if self.bound.as_ref() != Some(&ptrs) {
+            self.relocate(&ptrs);
+            self.bound = Some(ptrs);
+            self.graph = None;
+            self.warm = false;
+        }
+        self.execute()?;
+        let mut word = [0u8; 4];
+        self.err.download(&mut word, "the error word")?;
+        let code = i32::from_le_bytes(word);
+        if code > 0 {
+            let si = (code - 1) as usize;
+            let s = &self.program.steps[si.min(self.program.steps.len() - 1)];
+            return Err(RuntimeError::Step {
+                step: si,
+                origin: s.origin.clone(),
+                kernel: s.kernel.kind(),
+                message: "an index (embedding id or index_copy index) is out of range".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Executable for CudaExecutable {
@@ -443,26 +472,7 @@ impl Executable for CudaExecutable {
         let state = downcast_state::<CudaState>(state)?;
         self.dev.bind()?;
         let ptrs = self.upload_inputs(inputs, state)?;
-        if self.bound.as_ref() != Some(&ptrs) {
-            self.relocate(&ptrs);
-            self.bound = Some(ptrs);
-            self.graph = None;
-            self.warm = false;
-        }
-        self.execute()?;
-        let mut word = [0u8; 4];
-        self.err.download(&mut word, "the error word")?;
-        let code = i32::from_le_bytes(word);
-        if code > 0 {
-            let si = (code - 1) as usize;
-            let s = &self.program.steps[si.min(self.program.steps.len() - 1)];
-            return Err(RuntimeError::Step {
-                step: si,
-                origin: s.origin.clone(),
-                kernel: s.kernel.kind(),
-                message: "an index (embedding id or index_copy index) is out of range".into(),
-            });
-        }
+        self.execute_bound(ptrs)?;
         let mut out = Vec::new();
         for (oi, o) in self.program.outputs.iter().enumerate() {
             if let Some(buf) = &self.outputs[oi] {

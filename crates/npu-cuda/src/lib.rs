@@ -18,7 +18,7 @@ mod plan;
 mod state;
 
 pub use error::CudaError;
-pub use executable::CudaExecutable;
+pub use executable::{CudaExecutable, DevicePtr};
 pub use state::CudaState;
 
 use device::{DevBuf, Device};
