@@ -106,6 +106,11 @@ fi
 check "python: export tool lint" bash -c 'cd tools/export && ../../.venv/bin/ruff check . && ../../.venv/bin/ruff format --check .'
 pytest_step "python: export tool tests" tools/export/tests
 
+# The Python package, installed as a user would (a release build of crates/npu-python).
+check "python package: pip install ." .venv/bin/pip install --quiet .
+check "python package: lint" bash -c 'cd python && ../.venv/bin/ruff check . && ../.venv/bin/ruff format --check .'
+pytest_step "python package: tests" python/tests
+
 cargo_test_step "rust: tests" --workspace
 
 # Fuzzing: each target for FUZZ_SECONDS (default 60) from its committed seed corpus, after
