@@ -2,16 +2,15 @@
 
 - ``npu.compile(module, example_inputs)``: any ``nn.Module`` in, a callable on torch tensors out.
 - ``npu.export(module, example_inputs, out_dir)``: IR JSON + weights for the CLI.
-- ``torch.compile(model, backend="npu")``: the dynamo backend (registered here when torch is
-  already imported, and through the ``torch_dynamo_backends`` entry point otherwise).
+- ``torch.compile(model, backend="npu")``: the dynamo backend, found by dynamo through the
+  ``torch_dynamo_backends`` entry point (registering it here as well made dynamo's own lookup
+  fail with "duplicate name").
 - ``npu.load_causal_lm(export_dir).generate(input_ids, max_new_tokens)``: prefill + decode with the
   KV cache on the backend.
 - ``npu_compiler`` / ``npu_runtime``: the reference system's API.
 """
 
 from __future__ import annotations
-
-import sys
 
 from . import _native
 from ._backends import availability, best_name
@@ -36,11 +35,6 @@ def backends() -> dict[str, str | None]:
     """Every backend this build knows: None when it can start here, else why not."""
     return dict(availability())
 
-
-if "torch" in sys.modules:  # cheap: only when the user already imported torch
-    from ._dynamo import register as _register
-
-    _register()
 
 __all__ = [
     "BackendUnavailableError",

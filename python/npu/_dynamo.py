@@ -72,11 +72,3 @@ def npu_backend(gm: Any, example_inputs: list[Any], **_: Any) -> Any:
 
     run.npu_compiled = compiled  # type: ignore[attr-defined]
     return run
-
-
-def register() -> None:
-    """Registers ``npu`` with dynamo unless already there (the entry point may have done it)."""
-    from torch._dynamo.backends import registry
-
-    if "npu" not in registry._COMPILER_FNS:
-        registry.register_backend(npu_backend, name="npu")

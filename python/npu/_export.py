@@ -32,6 +32,21 @@ def eval_mode(module: Any) -> Iterator[None]:
             m.training = t
 
 
+@contextlib.contextmanager
+def plain_attention() -> Iterator[None]:
+    """In eval mode without grad, nn.MultiheadAttention and nn.TransformerEncoderLayer take a fused
+    "fast path" (aten._transformer_encoder_layer_fwd, aten._native_multi_head_attention): one opaque
+    op that neither the target nor the CPU fallback implements. Exports see the plain ops instead."""
+    import torch
+
+    was = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was)
+
+
 def as_tuple(example_inputs: Any) -> tuple[Any, ...]:
     import torch
 
@@ -52,7 +67,7 @@ def export_ir(
             raise CompileError(f"example input {i} is a {type(x).__name__}; npu.compile takes tensors only")
     cpu_inputs = tuple(x.detach().cpu() for x in example_inputs)
     name = model_name or type(module).__name__
-    with eval_mode(module), torch.no_grad():
+    with eval_mode(module), torch.no_grad(), plain_attention():
         try:
             ir = torch_ir.extract_ir(module, cpu_inputs, model_name=name, strict=False)
         except Exception as e:  # torch.export / torch_ir failures, one line

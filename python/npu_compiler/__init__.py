@@ -214,9 +214,16 @@ def partition(
 def _plan_from_json(d: dict[str, Any], cpu_nodes: list[str], text: str) -> PartitionPlan:
     p = json.loads(text)
     by_name = {n["name"]: n for n in d["nodes"]}
+    # The caller's node dicts where they exist; nodes made by decomposing a composite op (a
+    # select into a slice and a view) come described by the compiler, without attrs.
     parts = {
         q["id"]: Partition(
-            q["id"], q["device"], [by_name[n] for n in q["nodes"]], q["inputs"], q["outputs"], q["reasons"]
+            q["id"],
+            q["device"],
+            [by_name.get(n, info) for n, info in zip(q["nodes"], q["node_info"], strict=True)],
+            q["inputs"],
+            q["outputs"],
+            q["reasons"],
         )
         for q in p["partitions"]
     }

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import warnings
 
-import npu  # noqa: F401 - registers the backend
+import npu  # the package under test (dynamo finds the backend by its entry point)
 import pytest
 import torch
 from conftest import assert_matches
@@ -55,8 +55,38 @@ def test_small_cnn() -> None:
 
 
 def test_tiny_transformer() -> None:
+    """Dynamo traces the module itself: with the MHA fast path off it sees plain ops."""
     torch.manual_seed(0)
-    _check(TinyTransformer(), torch.randint(0, 64, (1, 8)), "torch.compile tiny transformer")
+    was = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        _check(TinyTransformer(), torch.randint(0, 64, (1, 8)), "torch.compile tiny transformer")
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was)
+
+
+def test_tiny_transformer_fast_path_runs_eagerly_with_the_reason() -> None:
+    """With the fast path on, dynamo's graph holds one fused op nobody implements: eager, said once."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, x = TinyTransformer().eval(), torch.randint(0, 64, (1, 8))
+    with torch.no_grad():
+        want = model(x)
+        with pytest.warns(UserWarning, match="_transformer_encoder_layer_fwd") as rec:
+            got = torch.compile(model, backend="npu")(x)
+    assert len([w for w in rec if "npu" in str(w.message)]) == 1
+    torch.testing.assert_close(got, want)
+
+
+def test_npu_compile_exports_transformers_without_the_fast_path() -> None:
+    """npu.compile exports with the fast path off, whatever the caller's setting."""
+    torch.manual_seed(0)
+    model, x = TinyTransformer().eval(), torch.randint(0, 64, (1, 8))
+    with torch.no_grad():
+        want = model(x)
+        got = npu.compile(model, (x,))(x)
+    assert torch.backends.mha.get_fastpath_enabled()
+    assert_matches(got.numpy(), want.numpy(), "npu.compile tiny transformer")
 
 
 class Unexportable(nn.Module):

@@ -97,6 +97,8 @@ def test_capacity_check() -> None:
     buf = npu_runtime.NPUBuffer.zeros([4], None, np.float16)
     buf.write_from_numpy(np.ones(4, np.float16))
     with pytest.raises(ValueError, match="capacity"):
+        buf.write_from_numpy(np.ones(8, np.float16))
+    with pytest.raises(ValueError, match="cannot convert int32 data to float16"):
         buf.write_from_numpy(np.ones(4, np.int32))
 
 

@@ -5,7 +5,9 @@ namespace per page, in a temporary directory holding the files they name, with r
 they would download some. Only these edits are made, each printed:
 - ``models.ResNet18_Weights.DEFAULT`` -> ``None`` (random weights instead of a download), and the
   model and its example moved to the meta device, which torch_ir (>= 0.2.2) requires for extraction;
-- the placeholder ``inputs={...}`` -> the page's prepared inputs.
+- the placeholder ``inputs={...}`` -> the page's prepared inputs;
+- ``extract_ir(model, example, ...)`` -> ``extract_ir(model, (example,), ...)``: torch_ir 0.2.3 takes
+  the example inputs only as a tuple.
 Then the results are compared with PyTorch.
 """
 
@@ -30,6 +32,8 @@ EDITS = [
     ("weights=models.ResNet18_Weights.DEFAULT).eval()", 'weights=None).eval().to("meta")'),
     ("example = torch.randn(1, 3, 224, 224)", 'example = torch.randn(1, 3, 224, 224, device="meta")'),
     ("inputs={...}", "inputs=prepared_inputs"),
+    # torch_ir 0.2.3 takes example inputs only as a tuple (the docs pass a bare tensor).
+    ("extract_ir(model, example, ", "extract_ir(model, (example,), "),
 ]
 
 

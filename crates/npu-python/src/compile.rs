@@ -193,8 +193,23 @@ fn op_unsupported(
             .map_err(|e| Fail::new("IRError", format!("attrs are not a JSON object: {e}")))?;
         Ok(match npu_ir::parse_op(op_type, &attrs, n_inputs, in_rank) {
             Ok(op) => t.ir_op_unsupported(&op),
-            Err(e) => Some(e.to_string()),
+            Err(e) => Some(crate::error::chain(&e)),
         })
+    })
+}
+
+/// A node as the IR JSON writes it (name, op_type, inputs and outputs with shape and dtype).
+fn node_json(g: &Graph, node: &npu_ir::Node) -> serde_json::Value {
+    let tensor = |&v: &npu_ir::ValueId| {
+        let val = g.value(v);
+        json!({"name": val.name, "shape": val.ty.shape, "dtype": val.ty.dtype.name()})
+    };
+    json!({
+        "name": node.name,
+        "op_type": node.op_type,
+        "attrs": {},
+        "inputs": node.inputs.iter().map(tensor).collect::<Vec<_>>(),
+        "outputs": node.outputs.iter().map(tensor).collect::<Vec<_>>(),
     })
 }
 
@@ -205,9 +220,10 @@ fn names(g: &Graph, vs: &[npu_ir::ValueId]) -> Vec<String> {
 /// Partitions IR JSON: nodes `target` cannot run, and the nodes named in `cpu_nodes`, go to
 /// the CPU. Returns the plan as JSON text (names, not ids) with its readable listing.
 pub fn partition_json(ir_json: &str, t: &Target, cpu_nodes: &[String]) -> Res<String> {
-    let g = npu_ir::parse_str(ir_json)?;
+    // Composite ops become primitives first, as for `npu partition` and `npu run`.
+    let g = npu_compiler::passes::decompose::decompose(npu_ir::parse_str(ir_json)?)?;
     let placements = partition::place(&g, |node| {
-        if cpu_nodes.iter().any(|n| *n == node.name) {
+        if cpu_nodes.contains(&node.name) {
             return Some("not supported by the caller's is_supported_fn".into());
         }
         t.ir_node_unsupported(node, &g)
@@ -231,6 +247,8 @@ pub fn partition_json(ir_json: &str, t: &Target, cpu_nodes: &[String]) -> Res<St
                 "id": p.id,
                 "device": p.device.name(),
                 "nodes": p.nodes.iter().map(|&n| g.nodes[n].name.clone()).collect::<Vec<_>>(),
+                // Decomposition adds nodes the caller's IR lacks: described here in IR terms.
+                "node_info": p.nodes.iter().map(|&n| node_json(&g, &g.nodes[n])).collect::<Vec<_>>(),
                 "inputs": names(&g, &p.inputs),
                 "outputs": names(&g, &p.outputs),
                 "reasons": reasons,

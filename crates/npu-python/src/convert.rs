@@ -24,7 +24,9 @@ pub fn parse_dtype(name: &str) -> Res<DType> {
 pub fn to_host(what: &str, dtype: &str, arr: &Bound<'_, PyUntypedArray>) -> Res<HostTensor> {
     let dt = parse_dtype(dtype)?;
     if !arr.is_c_contiguous() {
-        return Err(Fail::input(format!("{what}: the array is not C-contiguous")));
+        return Err(Fail::input(format!(
+            "{what}: the array is not C-contiguous"
+        )));
     }
     let itemsize = arr.dtype().itemsize();
     if itemsize != dt.size_bytes() {

@@ -41,7 +41,10 @@ impl From<Fail> for PyErr {
             let class = py
                 .import("npu._errors")
                 .and_then(|m| m.getattr(f.kind))
-                .and_then(|c| c.downcast_into::<pyo3::types::PyType>().map_err(PyErr::from));
+                .and_then(|c| {
+                    c.downcast_into::<pyo3::types::PyType>()
+                        .map_err(PyErr::from)
+                });
             match class {
                 Ok(c) => PyErr::from_type(c, (f.msg,)),
                 // The package is broken if its error module is missing; still say why.
@@ -51,9 +54,24 @@ impl From<Fail> for PyErr {
     }
 }
 
+/// The error and its causes, each said once: "cannot read X: bad magic".
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !msg.ends_with(&s) {
+            msg.push_str(": ");
+            msg.push_str(&s);
+        }
+        cause = c.source();
+    }
+    msg
+}
+
 impl From<IrError> for Fail {
     fn from(e: IrError) -> Fail {
-        Fail::new("IRError", e.to_string())
+        Fail::new("IRError", chain(&e))
     }
 }
 
@@ -61,14 +79,14 @@ impl From<CompileError> for Fail {
     fn from(e: CompileError) -> Fail {
         match e {
             CompileError::Ir(e) => e.into(),
-            e => Fail::new("CompileError", e.to_string()),
+            e => Fail::new("CompileError", chain(&e)),
         }
     }
 }
 
 impl From<NpubinError> for Fail {
     fn from(e: NpubinError) -> Fail {
-        Fail::new("NpubinError", e.to_string())
+        Fail::new("NpubinError", chain(&e))
     }
 }
 
@@ -85,7 +103,7 @@ impl From<RuntimeError> for Fail {
             RuntimeError::UnknownBackend(_) => "BackendUnavailableError",
             _ => "RuntimeError",
         };
-        Fail::new(kind, e.to_string())
+        Fail::new(kind, chain(&e))
     }
 }
 

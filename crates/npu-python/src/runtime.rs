@@ -197,7 +197,11 @@ impl PyBackend {
         program: &PyProgram,
         weights: &PyWeights,
     ) -> PyResult<PyExecutable> {
-        let (b, p, w) = (self.inner.clone(), program.inner.clone(), weights.inner.clone());
+        let (b, p, w) = (
+            self.inner.clone(),
+            program.inner.clone(),
+            weights.inner.clone(),
+        );
         guard_nogil(py, move || {
             let exe = match &*lock(&b) {
                 AnyBackend::Cuda(c) => Exe::Cuda(Box::new(c.prepare_cuda(&p, w.as_ref())?)),
@@ -228,9 +232,10 @@ impl PyBackend {
         let dtype = guard(|| dtype_opt(dtype))?;
         let (b, w) = (self.inner.clone(), weights.inner.clone());
         guard_nogil(py, move || {
-            let g = npu_ir::parse_str(&ir_json)?;
+            // Composite ops become primitives first, as for `npu partition` and `npu run`.
+            let g = npu_compiler::passes::decompose::decompose(npu_ir::parse_str(&ir_json)?)?;
             let placements = partition::place(&g, |node| {
-                if cpu_nodes.iter().any(|n| *n == node.name) {
+                if cpu_nodes.contains(&node.name) {
                     return Some("not supported by the caller's is_supported_fn".into());
                 }
                 t.ir_node_unsupported(node, &g)
@@ -269,12 +274,21 @@ impl PyState {
     }
 
     /// A copy of one buffer on the host: `(dtype name, array)`.
-    fn read<'py>(&self, py: Python<'py>, name: &str) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+    ) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
         let t = guard(|| Ok(lock(&self.inner).read(name)?))?;
         to_numpy(py, t)
     }
 
-    fn write(&self, name: &str, dtype: &str, array: Bound<'_, numpy::PyUntypedArray>) -> PyResult<()> {
+    fn write(
+        &self,
+        name: &str,
+        dtype: &str,
+        array: Bound<'_, numpy::PyUntypedArray>,
+    ) -> PyResult<()> {
         guard(|| {
             let t = to_host(&format!("state '{name}'"), dtype, &array)?;
             Ok(lock(&self.inner).write(name, &t)?)
@@ -282,7 +296,10 @@ impl PyState {
     }
 }
 
-fn pick_state(own: &Arc<Mutex<Box<dyn DeviceState>>>, given: Option<&PyState>) -> Arc<Mutex<Box<dyn DeviceState>>> {
+fn pick_state(
+    own: &Arc<Mutex<Box<dyn DeviceState>>>,
+    given: Option<&PyState>,
+) -> Arc<Mutex<Box<dyn DeviceState>>> {
     given.map_or_else(|| own.clone(), |s| s.inner.clone())
 }
 
@@ -322,7 +339,11 @@ impl PyExecutable {
     }
 
     /// Runs with a fresh state and returns every output, state outputs included.
-    fn run_all<'py>(&self, py: Python<'py>, inputs: Vec<NamedArray<'py>>) -> PyResult<PyOutputs<'py>> {
+    fn run_all<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<NamedArray<'py>>,
+    ) -> PyResult<PyOutputs<'py>> {
         let host = guard(|| to_host_all(&inputs))?;
         let outs = guard_nogil(py, || Ok(lock(&self.exe).get().run_all(&refs(&host))?))?;
         outputs_to_py(py, outs)
@@ -330,7 +351,12 @@ impl PyExecutable {
 
     /// Mean seconds of `iterations` runs made in a Rust loop with inputs converted once: the
     /// baseline the Python call overhead is measured against.
-    fn bench(&self, py: Python<'_>, inputs: Vec<NamedArray<'_>>, iterations: usize) -> PyResult<f64> {
+    fn bench(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<NamedArray<'_>>,
+        iterations: usize,
+    ) -> PyResult<f64> {
         let host = guard(|| to_host_all(&inputs))?;
         guard_nogil(py, || {
             let mut exe = lock(&self.exe);
@@ -389,7 +415,9 @@ impl PyExecutable {
         guard_nogil(py, || {
             let mut exe = lock(&self.exe);
             let Exe::Cuda(c) = &mut *exe else {
-                return Err(Fail::runtime("run_device needs an executable of the cuda backend"));
+                return Err(Fail::runtime(
+                    "run_device needs an executable of the cuda backend",
+                ));
             };
             let mut st = lock(&st);
             Ok(c.run_device(&ins, &outs, &mut **st)?)
@@ -444,7 +472,11 @@ impl PyDag {
         outputs_to_py(py, outs)
     }
 
-    fn run_all<'py>(&self, py: Python<'py>, inputs: Vec<NamedArray<'py>>) -> PyResult<PyOutputs<'py>> {
+    fn run_all<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<NamedArray<'py>>,
+    ) -> PyResult<PyOutputs<'py>> {
         let host = guard(|| to_host_all(&inputs))?;
         let outs = guard_nogil(py, || Ok(lock(&self.dag).run_all(&refs(&host))?))?;
         outputs_to_py(py, outs)
@@ -484,7 +516,11 @@ fn run_fallback<'py>(
     let w = weights.inner.clone();
     let outs = guard_nogil(py, move || {
         let g = npu_ir::parse_str(&ir_json)?;
-        Ok(npu_runtime::fallback::run_graph(&g, &refs(&host), w.as_ref())?)
+        Ok(npu_runtime::fallback::run_graph(
+            &g,
+            &refs(&host),
+            w.as_ref(),
+        )?)
     })?;
     outputs_to_py(py, outs)
 }
