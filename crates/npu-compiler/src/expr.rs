@@ -2,9 +2,10 @@
 //!
 //! Invariant: a well-formed program leaves exactly one value on the stack, and every
 //! `Load(i)` names an input of the step it belongs to. Backends evaluate it per element
-//! (CPU), or compile it (CUDA C, WGSL).
+//! (CPU), or compile it (CUDA C). The ops' math is the pointwise table's
+//! ([`npu_ir::pointwise`]): this module only sequences it. Bool values are 0 or 1.
 
-use npu_ir::{BinaryOp, DType, UnaryOp};
+use npu_ir::{BinaryOp, DType, TernaryOp, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -17,6 +18,9 @@ pub enum Instr {
     Unary(UnaryOp),
     /// Pop b, pop a, push `a op b`.
     Binary(BinaryOp),
+    /// Pop c, pop b, pop a, push `op(a, b, c)`.
+    Ternary(TernaryOp),
+    /// `clamp(x, min, max)` with constant bounds (an absent bound does nothing).
     Clamp {
         min: Option<f32>,
         max: Option<f32>,
@@ -57,6 +61,12 @@ impl Expr {
                     }
                     depth -= 1;
                 }
+                Instr::Ternary(_) => {
+                    if depth < 3 {
+                        return Err("ternary op on a short stack".into());
+                    }
+                    depth -= 2;
+                }
                 _ if depth == 0 => return Err("unary op on an empty stack".into()),
                 _ => {}
             }
@@ -77,12 +87,18 @@ impl Expr {
                 Instr::Const(c) => stack.push(c),
                 Instr::Unary(u) => {
                     let a = stack.pop().unwrap_or(0.0);
-                    stack.push(unary(u, a));
+                    stack.push(u.eval([a]));
                 }
                 Instr::Binary(b) => {
                     let y = stack.pop().unwrap_or(0.0);
                     let x = stack.pop().unwrap_or(0.0);
-                    stack.push(binary(b, x, y));
+                    stack.push(b.eval([x, y]));
+                }
+                Instr::Ternary(t) => {
+                    let z = stack.pop().unwrap_or(0.0);
+                    let y = stack.pop().unwrap_or(0.0);
+                    let x = stack.pop().unwrap_or(0.0);
+                    stack.push(t.eval([x, y, z]));
                 }
                 Instr::Clamp { min, max } => {
                     let a = stack.pop().unwrap_or(0.0);
@@ -131,52 +147,20 @@ pub fn nan_min(x: f32, y: f32) -> f32 {
     }
 }
 
-/// `clamp` with NaN kept.
+/// `u` on one f32 (the table's math; epilogues of GEMM and conv use it).
 #[inline]
-pub fn clamp(a: f32, min: Option<f32>, max: Option<f32>) -> f32 {
-    let a = min.map_or(a, |m| nan_max(a, m));
-    max.map_or(a, |m| nan_min(a, m))
-}
-
 pub fn unary(u: UnaryOp, a: f32) -> f32 {
-    match u {
-        UnaryOp::Relu => relu(a),
-        UnaryOp::Silu => a / (1.0 + (-a).exp()),
-        UnaryOp::Gelu => 0.5 * a * (1.0 + erf(a / std::f32::consts::SQRT_2)),
-        UnaryOp::GeluTanh => {
-            let c = (2.0 / std::f32::consts::PI).sqrt();
-            0.5 * a * (1.0 + (c * (a + 0.044715 * a * a * a)).tanh())
-        }
-        UnaryOp::Neg => -a,
-        UnaryOp::Rsqrt => 1.0 / a.sqrt(),
-        UnaryOp::Sqrt => a.sqrt(),
-        UnaryOp::Recip => 1.0 / a,
-        UnaryOp::Exp => a.exp(),
-        UnaryOp::Log => a.ln(),
-        UnaryOp::Cos => a.cos(),
-        UnaryOp::Sin => a.sin(),
-        UnaryOp::Tanh => a.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-a).exp()),
-        UnaryOp::Abs => a.abs(),
-    }
+    u.eval([a])
 }
 
-pub fn binary(b: BinaryOp, x: f32, y: f32) -> f32 {
-    match b {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
-        BinaryOp::Pow => {
-            if y == 2.0 {
-                x * x
-            } else {
-                x.powf(y)
-            }
-        }
-        BinaryOp::Max => nan_max(x, y),
-        BinaryOp::Min => nan_min(x, y),
-    }
+/// `clamp` with constant bounds, as the table's [`TernaryOp::Clamp`] (NaN stays NaN).
+#[inline]
+pub fn clamp(x: f32, min: Option<f32>, max: Option<f32>) -> f32 {
+    TernaryOp::Clamp.eval([
+        x,
+        min.unwrap_or(f32::NEG_INFINITY),
+        max.unwrap_or(f32::INFINITY),
+    ])
 }
 
 /// Rounds an f32 to the nearest value representable in `dt` (round-to-nearest-even).
@@ -218,24 +202,9 @@ fn f16_round(a: f32) -> f32 {
     (r * ulp).copysign(a)
 }
 
-/// Abramowitz-Stegun 7.1.26 is too coarse for gelu parity; this uses the erfc continued
-/// rational approximation from Numerical Recipes (fractional error < 1.2e-7).
+/// The error function in f32 (the pointwise table's).
 pub fn erf(x: f32) -> f32 {
-    let z = f64::from(x).abs();
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t
-        * (-z * z - 1.265_512_23
-            + t * (1.000_023_68
-                + t * (0.374_091_96
-                    + t * (0.096_784_18
-                        + t * (-0.186_288_06
-                            + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87
-                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
-            .exp();
-    let v = 1.0 - r;
-    (if x >= 0.0 { v } else { -v }) as f32
+    npu_ir::pointwise::Real::erf(x)
 }
 
 impl fmt::Display for Expr {
@@ -250,6 +219,12 @@ impl fmt::Display for Expr {
                     let y = stack.pop().unwrap_or_default();
                     let x = stack.pop().unwrap_or_default();
                     format!("{}({x}, {y})", b.name())
+                }
+                Instr::Ternary(t) => {
+                    let z = stack.pop().unwrap_or_default();
+                    let y = stack.pop().unwrap_or_default();
+                    let x = stack.pop().unwrap_or_default();
+                    format!("{}({x}, {y}, {z})", t.name())
                 }
                 Instr::Clamp { .. } => format!("clamp({})", stack.pop().unwrap_or_default()),
                 Instr::Cast(dt) => format!("{}({})", dt, stack.pop().unwrap_or_default()),
@@ -299,5 +274,33 @@ mod tests {
         assert_eq!(round_to(DType::F16, 1.0 + 1.0 / 4096.0), 1.0);
         assert_eq!(round_to(DType::F16, 70000.0), f32::INFINITY);
         assert!((erf(0.5) - 0.520_499_9).abs() < 1e-6);
+    }
+
+    #[test]
+    fn nan_and_inf_follow_pytorch() {
+        let run = |code: Vec<Instr>, ins: &[f32]| Expr { code }.eval(ins, &mut Vec::new());
+        let relu = vec![Instr::Load(0), Instr::Unary(UnaryOp::Relu)];
+        assert!(run(relu.clone(), &[f32::NAN]).is_nan());
+        assert_eq!(run(relu, &[f32::NEG_INFINITY]), 0.0);
+        let clamp = vec![
+            Instr::Load(0),
+            Instr::Clamp {
+                min: Some(0.0),
+                max: Some(1.0),
+            },
+        ];
+        assert!(run(clamp, &[f32::NAN]).is_nan());
+        let max = vec![Instr::Load(0), Instr::Load(1), Instr::Binary(BinaryOp::Max)];
+        assert!(run(max, &[1.0, f32::NAN]).is_nan());
+        let lt = vec![Instr::Load(0), Instr::Load(1), Instr::Binary(BinaryOp::Lt)];
+        assert_eq!(run(lt, &[f32::NAN, 1.0]), 0.0);
+        let sel = vec![
+            Instr::Load(0),
+            Instr::Load(1),
+            Instr::Const(2.0),
+            Instr::Ternary(TernaryOp::Where),
+        ];
+        assert_eq!(run(sel.clone(), &[1.0, 5.0]), 5.0);
+        assert_eq!(run(sel, &[0.0, 5.0]), 2.0);
     }
 }

@@ -76,6 +76,8 @@ impl Target {
             | IrOp::Binary { .. }
             | IrOp::BinaryScalar { .. }
             | IrOp::Clamp { .. }
+            | IrOp::Ternary { .. }
+            | IrOp::MaskedFill { .. }
             | IrOp::Conv2d { .. }
             | IrOp::BatchNorm { .. }
             | IrOp::LayerNorm { .. }
@@ -106,12 +108,7 @@ impl Target {
             | IrOp::Full { .. }
             | IrOp::Sdpa { .. } => None,
             // typed for the CPU fallback interpreter; the compiler has no lowering for them
-            IrOp::Where { .. }
-            | IrOp::MaskedFill { .. }
-            | IrOp::Compare { .. }
-            | IrOp::LogicalNot
-            | IrOp::Logical { .. }
-            | IrOp::BitwiseNot
+            IrOp::BitwiseNot
             | IrOp::Bitwise { .. }
             | IrOp::ReduceMinMax { .. }
             | IrOp::MinMaxDim { .. }
@@ -124,9 +121,6 @@ impl Target {
             | IrOp::Arange { .. }
             | IrOp::FullLike { .. }
             | IrOp::GroupNorm { .. }
-            | IrOp::Hardswish
-            | IrOp::Hardsigmoid
-            | IrOp::LeakyRelu { .. }
             | IrOp::LogSoftmax { .. }
             | IrOp::UpsampleNearest2d { .. }
             | IrOp::Index { .. }
@@ -162,6 +156,10 @@ impl Target {
 pub fn operand_reason<O>(op: &IrOp, node: &Node<O>, graph: &Graph<O>) -> Option<String> {
     let out_dtypes = node.outputs.iter().map(|v| graph.ty(*v).dtype);
     if let Some(r) = integer_arithmetic(op, out_dtypes) {
+        return Some(r);
+    }
+    let in_dtypes = node.inputs.iter().map(|v| graph.ty(*v).dtype);
+    if let Some(r) = integer_operands(op, in_dtypes) {
         return Some(r);
     }
     let ty = |i: usize| node.inputs.get(i).map(|v| graph.ty(*v));
@@ -255,18 +253,37 @@ pub fn integer_arithmetic(
     op: &IrOp,
     mut out_dtypes: impl Iterator<Item = DType>,
 ) -> Option<String> {
-    let arithmetic = matches!(
+    let arithmetic = is_pointwise(op) || matches!(op, IrOp::Sum { .. } | IrOp::Mean { .. });
+    // a bool result of a pointwise op is 0 or 1, exact in floating point
+    let exact = |d: DType| d.is_float() || (d == DType::Bool && is_pointwise(op));
+    if arithmetic && out_dtypes.any(|d| !exact(d)) {
+        return Some(format!(
+            "integer {} (the NPU computes in floating point)",
+            op.name()
+        ));
+    }
+    None
+}
+
+/// The pointwise ops, which the NPU runs as elementwise expressions in f32.
+fn is_pointwise(op: &IrOp) -> bool {
+    matches!(
         op,
         IrOp::Unary(_)
             | IrOp::Binary { .. }
             | IrOp::BinaryScalar { .. }
             | IrOp::Clamp { .. }
-            | IrOp::Sum { .. }
-            | IrOp::Mean { .. }
-    );
-    if arithmetic && out_dtypes.any(|d| !d.is_float()) {
+            | IrOp::Ternary { .. }
+            | IrOp::MaskedFill { .. }
+    )
+}
+
+/// Integer operands of a pointwise op would round in f32 (an int64 compared, selected or
+/// converted); bool operands (0/1) are exact.
+pub fn integer_operands(op: &IrOp, mut in_dtypes: impl Iterator<Item = DType>) -> Option<String> {
+    if is_pointwise(op) && in_dtypes.any(|d| !d.is_float() && d != DType::Bool) {
         return Some(format!(
-            "integer {} (the NPU computes in floating point)",
+            "{} of integer operands (the NPU computes in floating point)",
             op.name()
         ));
     }
@@ -291,10 +308,13 @@ mod tests {
             let n = g.nodes.iter().find(|n| n.name == name).unwrap();
             NPU.ir_node_unsupported(n, &g)
         };
-        for name in ["arange", "ge", "new_ones", "and_1", "index"] {
+        for name in ["arange", "new_ones", "and_1", "index"] {
             let r = reason(name).unwrap_or_else(|| panic!("{name} should be unsupported"));
             assert!(r.contains("no NPU lowering"), "{name}: {r}");
         }
+        // comparisons are elementwise, but not of integers (they would round in f32)
+        let r = reason("ge").unwrap();
+        assert!(r.contains("integer operands"), "{r}");
         let r = reason("scaled_dot_product_attention").unwrap();
         assert!(r.contains("bool mask"), "{r}");
         for name in [

@@ -8,7 +8,27 @@ use npu_compiler::program::{
     dense_strides, Binding, IoTensor, Kernel, PoolKind, ReduceOp, Slot, Step,
 };
 use npu_compiler::Program;
-use npu_ir::{BinaryOp, DType, UnaryOp};
+use npu_ir::{BinaryOp, DType, TernaryOp, UnaryOp};
+
+/// Special values every pointwise op meets in the NaN/Inf cases.
+const SPECIAL: [f32; 16] = [
+    f32::NAN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.5,
+    -0.5,
+    2.5,
+    -2.5,
+    3.0,
+    20.0,
+    -20.0,
+    1e-3,
+    0.75,
+];
 use npu_runtime::{Backend, HostTensor, MemoryWeights};
 
 /// One compared case.
@@ -115,6 +135,27 @@ impl Case {
             dt,
             binding(Slot::Input(i), shape, strides, off, dt),
         ));
+        self
+    }
+
+    /// A dense input of NaN, +-Inf, +-0 and other special values (cycling with period
+    /// `period`, so operands of different periods meet in every combination), then random.
+    fn special_input(mut self, rng: &mut Rng, shape: &[usize], dt: DType, period: usize) -> Case {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| {
+                if i < SPECIAL.len() * SPECIAL.len() {
+                    SPECIAL[(i / period) % SPECIAL.len()]
+                } else {
+                    rng.f() * 4.0
+                }
+            })
+            .collect();
+        let i = self.ins.len() as u32;
+        self.values.push(HostTensor::from_f32_as(dt, shape.to_vec(), &v));
+        let s = dense_strides(shape);
+        self.ins
+            .push((shape.to_vec(), dt, binding(Slot::Input(i), shape, &s, 0, dt)));
         self
     }
 
@@ -237,9 +278,10 @@ fn run_case(case: &Case, cpu: &dyn Backend, gpu: &dyn Backend) -> CaseResult {
     for ((_, a), (_, b)) in want.iter().zip(&got) {
         for (x, y) in a.to_f32_vec().iter().zip(b.to_f32_vec()) {
             let (x, y) = (f64::from(*x), f64::from(y));
-            if x.is_nan() != y.is_nan() {
+            // NaN in the same places, infinities equal, finite values within tolerance
+            if x.is_nan() != y.is_nan() || ((x.is_infinite() || y.is_infinite()) && x != y) {
                 max_err = f64::INFINITY;
-            } else if !x.is_nan() {
+            } else if x.is_finite() {
                 max_err = max_err.max((x - y).abs());
                 max_ref = max_ref.max(x.abs());
             }
@@ -510,6 +552,7 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         .input(rng, &[1001], F32)
         .output(&[1001], F32),
     );
+    pointwise_cases(rng, &mut v);
     // Row reductions.
     v.push(
         Case::new("softmax bf16 scale+mask", Kernel::Softmax { scale: 0.3 })
@@ -691,6 +734,73 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
     );
     v.push(Case::new("fill f16", Kernel::Fill { value: -1.25 }).output(&[3, 77], F16));
     v
+}
+
+/// Every op of the pointwise table on NaN, +-Inf, +-0 and friends: each unary op alone, each
+/// binary op over every pair of special values, each ternary op over mixed triples; bool
+/// results stored as bool; plus a bf16 chain of NaN-sensitive ops.
+fn pointwise_cases(rng: &mut Rng, v: &mut Vec<Case>) {
+    use DType::{Bool, BF16, F32};
+    let n = SPECIAL.len();
+    let out_dt = |bool_result: bool| if bool_result { Bool } else { F32 };
+    for u in UnaryOp::all() {
+        let expr = Expr {
+            code: vec![Instr::Load(0), Instr::Unary(u)],
+        };
+        let is_bool = u.rule() == npu_ir::pointwise::Rule::Bool;
+        v.push(
+            Case::new(format!("pointwise {} nan/inf", u.name()), Kernel::Elementwise { expr })
+                .special_input(rng, &[n + 15], F32, 1)
+                .output(&[n + 15], out_dt(is_bool)),
+        );
+    }
+    for b in BinaryOp::all() {
+        let expr = Expr {
+            code: vec![Instr::Load(0), Instr::Load(1), Instr::Binary(b)],
+        };
+        let is_bool = b.rule() == npu_ir::pointwise::Rule::Bool;
+        v.push(
+            Case::new(format!("pointwise {} nan/inf pairs", b.name()), Kernel::Elementwise { expr })
+                .special_input(rng, &[n * n + 7], F32, n)
+                .special_input(rng, &[n * n + 7], F32, 1)
+                .output(&[n * n + 7], out_dt(is_bool)),
+        );
+    }
+    for t in TernaryOp::all() {
+        let expr = Expr {
+            code: vec![Instr::Load(0), Instr::Load(1), Instr::Load(2), Instr::Ternary(t)],
+        };
+        v.push(
+            Case::new(format!("pointwise {} nan/inf triples", t.name()), Kernel::Elementwise { expr })
+                .special_input(rng, &[n * n], F32, n)
+                .special_input(rng, &[n * n], F32, 1)
+                .special_input(rng, &[n * n], F32, 3)
+                .output(&[n * n], F32),
+        );
+    }
+    let chain = Expr {
+        code: vec![
+            Instr::Load(0),
+            Instr::Unary(UnaryOp::Relu),
+            Instr::Load(1),
+            Instr::Binary(BinaryOp::Max),
+            Instr::Clamp {
+                min: Some(-1.0),
+                max: Some(1.0),
+            },
+            Instr::Load(0),
+            Instr::Load(1),
+            Instr::Binary(BinaryOp::Ne),
+            Instr::Const(7.0),
+            Instr::Ternary(TernaryOp::Where),
+        ],
+    };
+    v.push(
+        Case::new("pointwise relu/max/clamp/ne/where bf16 nan/inf", Kernel::Elementwise { expr: chain })
+            .special_input(rng, &[n * n], BF16, n)
+            .special_input(rng, &[n * n], BF16, 1)
+            .output(&[n * n], BF16),
+    );
 }
 
 /// Runs every case on `gpu` and the CPU reference. `long` adds the 32k-context decode.

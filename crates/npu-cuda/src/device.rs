@@ -40,7 +40,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
 
 pub(crate) fn library_source() -> String {
     [
-        include_str!("kernels/common.cuh"),
+        crate::elementwise::common_source().as_str(),
         include_str!("kernels/basic.cu"),
         include_str!("kernels/gemm.cu"),
         include_str!("kernels/attention.cu"),

@@ -1,12 +1,28 @@
 //! CUDA C generation for fused elementwise expressions (`Kernel::Elementwise`): one kernel
 //! per (expression, operand dtypes, rank, layout class), compiled by NVRTC. Inputs broadcast
-//! through their strides; a fully dense step skips the index arithmetic.
+//! through their strides; a fully dense step skips the index arithmetic. Each op's C
+//! expression is the pointwise table's (`npu_ir::pointwise`), inlined into the kernel; the
+//! GEMM/conv epilogue's `apply_unary` switch is generated from the same rows.
 
-use crate::launch::{dtype_code, unary_code};
+use crate::launch::dtype_code;
 use npu_compiler::expr::{Expr, Instr};
 use npu_compiler::program::Binding;
-use npu_ir::BinaryOp;
+use npu_ir::pointwise::cuda_f32;
+use npu_ir::{TernaryOp, UnaryOp};
 use std::fmt::Write;
+
+/// The shared device header: `kernels/common.cuh` plus `apply_unary(code, x)`, the
+/// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
+pub(crate) fn common_source() -> String {
+    let mut s = String::from(include_str!("kernels/common.cuh"));
+    s.push_str("\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n");
+    s.push_str("__device__ __forceinline__ float apply_unary(int code, float a) {\n  switch (code) {\n");
+    for u in UnaryOp::all().into_iter().filter(UnaryOp::is_epilogue_act) {
+        let _ = writeln!(s, "    case {}: return {};", u.act_code(), u.cuda(["a"]));
+    }
+    s.push_str("    default: return a;\n  }\n}\n");
+    s
+}
 
 fn dense_like(b: &Binding, out: &Binding) -> bool {
     b.strides == out.strides && out.is_contiguous()
@@ -87,39 +103,24 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
             Instr::Const(c) => stack.push(format!("__int_as_float({})", c.to_bits() as i32)),
             Instr::Unary(u) => {
                 let x = stack.pop().unwrap_or_else(|| "0.0f".into());
-                push(
-                    &mut body,
-                    &mut stack,
-                    format!("apply_unary({}, {x})", unary_code(Some(*u))),
-                );
+                push(&mut body, &mut stack, u.cuda([&x]));
             }
             Instr::Binary(op) => {
                 let y = stack.pop().unwrap_or_else(|| "0.0f".into());
                 let x = stack.pop().unwrap_or_else(|| "0.0f".into());
-                let e = match op {
-                    BinaryOp::Add => format!("{x} + {y}"),
-                    BinaryOp::Sub => format!("{x} - {y}"),
-                    BinaryOp::Mul => format!("{x} * {y}"),
-                    BinaryOp::Div => format!("{x} / {y}"),
-                    BinaryOp::Pow => format!("({y} == 2.0f ? {x} * {x} : powf({x}, {y}))"),
-                    // NaN propagates as in PyTorch (fmaxf/fminf would drop it)
-                    BinaryOp::Max => format!("(({x}) > ({y}) || ({x}) != ({x}) ? ({x}) : ({y}))"),
-                    BinaryOp::Min => format!("(({x}) < ({y}) || ({x}) != ({x}) ? ({x}) : ({y}))"),
-                };
-                push(&mut body, &mut stack, e);
+                push(&mut body, &mut stack, op.cuda([&x, &y]));
+            }
+            Instr::Ternary(op) => {
+                let z = stack.pop().unwrap_or_else(|| "0.0f".into());
+                let y = stack.pop().unwrap_or_else(|| "0.0f".into());
+                let x = stack.pop().unwrap_or_else(|| "0.0f".into());
+                push(&mut body, &mut stack, op.cuda([&x, &y, &z]));
             }
             Instr::Clamp { min, max } => {
-                let mut x = stack.pop().unwrap_or_else(|| "0.0f".into());
-                if let Some(m) = min {
-                    // `x < m ? m : x` keeps NaN (fmaxf would not)
-                    let m = format!("__int_as_float({})", m.to_bits() as i32);
-                    x = format!("(({x}) < {m} ? {m} : ({x}))");
-                }
-                if let Some(m) = max {
-                    let m = format!("__int_as_float({})", m.to_bits() as i32);
-                    x = format!("(({x}) > {m} ? {m} : ({x}))");
-                }
-                push(&mut body, &mut stack, x);
+                let x = stack.pop().unwrap_or_else(|| "0.0f".into());
+                let lo = cuda_f32(min.map_or(f64::NEG_INFINITY, f64::from));
+                let hi = cuda_f32(max.map_or(f64::INFINITY, f64::from));
+                push(&mut body, &mut stack, TernaryOp::Clamp.cuda([&x, &lo, &hi]));
             }
             Instr::Cast(dt) => {
                 let x = stack.pop().unwrap_or_else(|| "0.0f".into());
@@ -140,4 +141,69 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
     let _ = writeln!(body, "  }}\n}}");
     let name = format!("ew_{:016x}", crate::nvrtc::fnv1a(body.as_bytes()));
     (format!("extern \"C\" __global__ void {name}{body}"), name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use npu_compiler::program::Slot;
+    use npu_ir::{BinaryOp, DType};
+
+    fn dense(shape: Vec<usize>, dtype: DType) -> Binding {
+        Binding {
+            slot: Slot::Arena,
+            byte_offset: 0,
+            strides: npu_compiler::program::dense_strides(&shape),
+            shape,
+            dtype,
+        }
+    }
+
+    /// The generated C carries each op's table text, with NaN-propagating forms.
+    #[test]
+    fn kernels_inline_the_table_text() {
+        let expr = Expr {
+            code: vec![
+                Instr::Load(0),
+                Instr::Load(1),
+                Instr::Binary(BinaryOp::Lt),
+                Instr::Load(0),
+                Instr::Unary(UnaryOp::Relu),
+                Instr::Load(1),
+                Instr::Binary(BinaryOp::Max),
+                Instr::Const(2.0),
+                Instr::Ternary(TernaryOp::Where),
+                Instr::Clamp {
+                    min: Some(0.0),
+                    max: None,
+                },
+            ],
+        };
+        let ins = [dense(vec![4], DType::F32), dense(vec![4], DType::BF16)];
+        let (code, name) = generate(&expr, &ins, &dense(vec![4], DType::Bool));
+        assert!(code.contains(&name));
+        for want in [
+            "float t0 = (a0 < a1 ? 1.0f : 0.0f);",
+            "float t1 = (a0 < 0.0f ? 0.0f : a0);",
+            "float t2 = ((t1 != t1) || (a1 != a1) ? t1 + a1 : fmaxf(t1, a1));",
+            "float t3 = (t0 != 0.0f ? t2 : __int_as_float(1073741824));",
+            "st_dt(out.ptr, 9, oo, t4);",
+        ] {
+            assert!(code.contains(want), "{want} not in\n{code}");
+        }
+        assert!(!code.contains("apply_unary"));
+        for op in UnaryOp::all() {
+            assert!(!op.cuda(["a0"]).is_empty());
+        }
+    }
+
+    #[test]
+    fn the_epilogue_switch_covers_every_activation() {
+        let src = common_source();
+        for u in [UnaryOp::Relu, UnaryOp::Silu, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Erf] {
+            let case = format!("case {}: return {};", u.act_code(), u.cuda(["a"]));
+            assert!(src.contains(&case), "{case}");
+        }
+        assert!(!src.contains("case -1"));
+    }
 }

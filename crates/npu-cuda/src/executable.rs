@@ -159,7 +159,7 @@ impl CudaExecutable {
         }
         let arena = DevBuf::zeroed(&dev, program.arena_bytes as usize, "the arena")?;
         // Generated elementwise kernels: one module for the whole program.
-        let mut src = String::from(include_str!("kernels/common.cuh"));
+        let mut src = crate::elementwise::common_source();
         let mut names: Vec<String> = Vec::new();
         for s in &program.steps {
             if let Kernel::Elementwise { expr } = &s.kernel {

@@ -48,28 +48,10 @@ pub(crate) fn dtype_code(d: DType) -> i32 {
     }
 }
 
+/// The epilogue activation's code for `apply_unary` (generated from the pointwise table),
+/// -1 for none.
 pub(crate) fn unary_code(u: Option<npu_ir::UnaryOp>) -> i32 {
-    use npu_ir::UnaryOp::*;
-    match u {
-        None => -1,
-        Some(u) => match u {
-            Relu => 0,
-            Silu => 1,
-            Gelu => 2,
-            GeluTanh => 3,
-            Neg => 4,
-            Rsqrt => 5,
-            Sqrt => 6,
-            Recip => 7,
-            Exp => 8,
-            Log => 9,
-            Cos => 10,
-            Sin => 11,
-            Tanh => 12,
-            Sigmoid => 13,
-            Abs => 14,
-        },
-    }
+    u.map_or(-1, |u| u.act_code())
 }
 
 /// A tensor operand: its descriptor and where its pointer comes from.

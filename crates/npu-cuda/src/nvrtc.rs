@@ -137,7 +137,7 @@ mod tests {
         let out = b(vec![2, 3], vec![3, 1], DType::F16);
         let (code, name) = crate::elementwise::generate(&expr, &ins, &out);
         assert!(code.contains(&name));
-        let src = format!("{}\n{code}", include_str!("kernels/common.cuh"));
+        let src = format!("{}\n{code}", crate::elementwise::common_source());
         compile(&src, (9, 0), "a generated kernel").unwrap();
     }
 }

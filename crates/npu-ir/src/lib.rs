@@ -14,6 +14,7 @@ mod ext;
 mod graph;
 mod json;
 mod op;
+pub mod pointwise;
 
 pub use attrs::Scalar;
 pub use composite::{Composite, Moment, Padding1d};
@@ -26,7 +27,8 @@ pub use graph::{
     ConstData, Graph, Node, NodeId, TensorType, Value, ValueId, ValueKind, WeightInfo,
 };
 pub use json::{RawIr, RawNode, RawTensor};
-pub use op::{BinaryOp, CompareOp, LogicOp, MinMax, Op, Pool2d, UnaryOp};
+pub use op::{LogicOp, MinMax, Op, Pool2d};
+pub use pointwise::{BinaryOp, TernaryOp, UnaryOp};
 
 use std::path::Path;
 

@@ -4,86 +4,10 @@
 use crate::attrs::{Attrs, Scalar};
 use crate::composite::Composite;
 use crate::ext::ExtOp;
+use crate::pointwise::{BinaryOp, TernaryOp, UnaryOp};
 use crate::{DType, IrError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum UnaryOp {
-    Relu,
-    Silu,
-    Gelu,
-    GeluTanh,
-    Neg,
-    Rsqrt,
-    Sqrt,
-    Recip,
-    Exp,
-    Log,
-    Cos,
-    Sin,
-    Tanh,
-    Sigmoid,
-    Abs,
-}
-
-impl UnaryOp {
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Relu => "relu",
-            UnaryOp::Silu => "silu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::GeluTanh => "gelu_tanh",
-            UnaryOp::Neg => "neg",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Recip => "recip",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Abs => "abs",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    Max,
-    Min,
-}
-
-impl BinaryOp {
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
-        }
-    }
-}
-
-/// Elementwise comparisons (`eq`, `ne`, `lt`, `le`, `gt`, `ge`); the result is bool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum CompareOp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
 
 /// Two-operand logical/bitwise ops (`logical_and`, `bitwise_or`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -226,24 +150,16 @@ pub enum Op {
         scale: Option<f64>,
         enable_gqa: bool,
     },
-    /// `where.self` (cond, self, other); the `Scalar*` overloads carry the scalar operands.
-    Where {
-        self_scalar: Option<f64>,
-        other_scalar: Option<f64>,
+    /// A three-operand pointwise op (`where`, `lerp`, `addcmul`, `clamp` with tensor bounds);
+    /// `scalars[i]` is operand i when it is a Python scalar, and the tensor inputs fill the
+    /// other slots in order.
+    Ternary {
+        op: TernaryOp,
+        scalars: [Option<f64>; 3],
     },
     /// `masked_fill.Scalar` (value here) or `.Tensor` (value = 0-d input 2, `value` is None).
     MaskedFill {
         value: Option<f64>,
-    },
-    /// `x cmp y` (two tensors) or `x cmp scalar`; bool result.
-    Compare {
-        op: CompareOp,
-        scalar: Option<f64>,
-    },
-    LogicalNot,
-    /// `logical_and/or/xor`: operands are truthiness, result bool.
-    Logical {
-        op: LogicOp,
     },
     /// `bitwise_not`: logical not on bool, two's complement not on ints.
     BitwiseNot,
@@ -305,11 +221,6 @@ pub enum Op {
     GroupNorm {
         num_groups: usize,
         eps: f64,
-    },
-    Hardswish,
-    Hardsigmoid,
-    LeakyRelu {
-        negative_slope: f64,
     },
     LogSoftmax {
         dim: i64,
@@ -410,96 +321,19 @@ impl Op {
         let Some((name, overload, inplace)) = split_op_type(op_type) else {
             return Ok((unknown(), false));
         };
-        let binary = |op: BinaryOp, alpha_attr: bool| -> Result<Op, IrError> {
-            let alpha = if alpha_attr {
-                a.f64_or("alpha", 1.0)?
-            } else {
-                1.0
-            };
-            if n_inputs >= 2 {
-                return Ok(Op::Binary { op, alpha });
-            }
-            let key = if a.has("other") { "other" } else { "exponent" };
-            let scalar = a
-                .scalar(key)?
-                .ok_or_else(|| {
-                    a.err(
-                        "other",
-                        "binary op with one tensor input needs a scalar `other`",
-                    )
-                })?
-                .as_f64();
-            Ok(Op::BinaryScalar {
-                op,
-                scalar: scalar * alpha,
-                scalar_lhs: false,
-            })
-        };
+        if let Some(op) = crate::pointwise::parse(&a, name, overload, n_inputs)? {
+            return Ok((op, inplace));
+        }
         let op = match (name, overload) {
-            ("relu", _) => Op::Unary(UnaryOp::Relu),
-            ("silu", _) => Op::Unary(UnaryOp::Silu),
-            ("gelu", _) => match a.string("approximate")?.as_deref() {
-                None | Some("none") => Op::Unary(UnaryOp::Gelu),
-                Some("tanh") => Op::Unary(UnaryOp::GeluTanh),
-                Some(o) => {
-                    return Err(a.err("approximate", format!("unknown gelu approximation '{o}'")))
-                }
-            },
-            ("neg", _) => Op::Unary(UnaryOp::Neg),
-            ("rsqrt", _) => Op::Unary(UnaryOp::Rsqrt),
-            ("sqrt", _) => Op::Unary(UnaryOp::Sqrt),
-            ("reciprocal", _) => Op::Unary(UnaryOp::Recip),
-            ("exp", _) => Op::Unary(UnaryOp::Exp),
-            ("log", _) => Op::Unary(UnaryOp::Log),
-            ("cos", _) => Op::Unary(UnaryOp::Cos),
-            ("sin", _) => Op::Unary(UnaryOp::Sin),
-            ("tanh", _) => Op::Unary(UnaryOp::Tanh),
-            ("sigmoid", _) => Op::Unary(UnaryOp::Sigmoid),
-            ("abs", _) => Op::Unary(UnaryOp::Abs),
-            ("add", "Tensor" | "Scalar") => binary(BinaryOp::Add, true)?,
-            ("sub", "Tensor" | "Scalar") => binary(BinaryOp::Sub, true)?,
-            ("mul", "Tensor" | "Scalar") => binary(BinaryOp::Mul, false)?,
-            ("div", "Tensor" | "Scalar") => binary(BinaryOp::Div, false)?,
-            ("pow", "Tensor_Scalar" | "Tensor_Tensor") => binary(BinaryOp::Pow, false)?,
-            ("maximum", _) => binary(BinaryOp::Max, false)?,
-            ("minimum", _) => binary(BinaryOp::Min, false)?,
-            ("rsub", "Scalar") => {
-                let s = a
-                    .scalar("other")?
-                    .ok_or_else(|| a.err("other", "missing"))?
-                    .as_f64();
-                let alpha = a.f64_or("alpha", 1.0)?;
-                if alpha != 1.0 {
-                    return Ok((
-                        Op::Composite(Composite::Rsub {
-                            alpha,
-                            scalar: Some(s),
-                        }),
-                        inplace,
-                    ));
-                }
-                Op::BinaryScalar {
-                    op: BinaryOp::Sub,
-                    scalar: s,
-                    scalar_lhs: true,
-                }
-            }
-            ("clamp", "default") | ("hardtanh", "default") => {
-                let (lo, hi) = if name == "clamp" {
-                    ("min", "max")
-                } else {
-                    ("min_val", "max_val")
-                };
-                let defaults = if name == "clamp" {
-                    (None, None)
-                } else {
-                    (Some(-1.0), Some(1.0))
-                };
-                Op::Clamp {
-                    min: a.scalar(lo)?.map(Scalar::as_f64).or(defaults.0),
-                    max: a.scalar(hi)?.map(Scalar::as_f64).or(defaults.1),
-                }
-            }
+            // `pointwise::parse` takes rsub with alpha 1; other alphas decompose.
+            ("rsub", "Scalar") => Op::Composite(Composite::Rsub {
+                alpha: a.f64_or("alpha", 1.0)?,
+                scalar: Some(
+                    a.scalar("other")?
+                        .ok_or_else(|| a.err("other", "missing"))?
+                        .as_f64(),
+                ),
+            }),
             ("conv2d", "default") => {
                 if !(2..=3).contains(&n_inputs) {
                     return Err(bad(node, op_type, format!("conv2d takes input, weight and an optional bias, got {n_inputs} inputs")));
@@ -629,75 +463,6 @@ impl Op {
                 scale: a.scalar("scale")?.map(Scalar::as_f64),
                 enable_gqa: a.bool_or("enable_gqa", false)?,
             },
-            ("max", "other") => binary(BinaryOp::Max, false)?,
-            ("min", "other") => binary(BinaryOp::Min, false)?,
-            ("relu6", "default") => Op::Clamp {
-                min: Some(0.0),
-                max: Some(6.0),
-            },
-            ("hardswish", "default") => Op::Hardswish,
-            ("hardsigmoid", "default") => Op::Hardsigmoid,
-            ("leaky_relu", "default") => Op::LeakyRelu {
-                negative_slope: a.f64_or("negative_slope", 0.01)?,
-            },
-            ("where", "self" | "ScalarSelf" | "ScalarOther" | "Scalar") => {
-                let self_scalar = a.scalar("self")?.map(Scalar::as_f64);
-                let other_scalar = a.scalar("other")?.map(Scalar::as_f64);
-                let want =
-                    3 - usize::from(self_scalar.is_some()) - usize::from(other_scalar.is_some());
-                if n_inputs != want {
-                    return Err(bad(
-                        node,
-                        op_type,
-                        format!("where expects {want} tensor inputs, got {n_inputs}"),
-                    ));
-                }
-                Op::Where {
-                    self_scalar,
-                    other_scalar,
-                }
-            }
-            ("masked_fill", "Scalar" | "Tensor") => {
-                let value = a.scalar("value")?.map(Scalar::as_f64);
-                let want = if value.is_some() { 2 } else { 3 };
-                if n_inputs != want {
-                    return Err(bad(
-                        node,
-                        op_type,
-                        format!("masked_fill expects {want} tensor inputs, got {n_inputs}"),
-                    ));
-                }
-                Op::MaskedFill { value }
-            }
-            ("eq" | "ne" | "lt" | "le" | "gt" | "ge", "Tensor" | "Scalar") => {
-                let op = match name {
-                    "eq" => CompareOp::Eq,
-                    "ne" => CompareOp::Ne,
-                    "lt" => CompareOp::Lt,
-                    "le" => CompareOp::Le,
-                    "gt" => CompareOp::Gt,
-                    _ => CompareOp::Ge,
-                };
-                let scalar = if n_inputs >= 2 {
-                    None
-                } else {
-                    Some(
-                        a.scalar("other")?
-                            .ok_or_else(|| {
-                                a.err(
-                                    "other",
-                                    "comparison with one tensor input needs a scalar `other`",
-                                )
-                            })?
-                            .as_f64(),
-                    )
-                };
-                Op::Compare { op, scalar }
-            }
-            ("logical_not", "default") => Op::LogicalNot,
-            ("logical_and" | "logical_or" | "logical_xor", "default") if n_inputs == 2 => {
-                Op::Logical { op: logic_op(name) }
-            }
             ("bitwise_not", "default") => Op::BitwiseNot,
             (
                 "bitwise_and" | "bitwise_or" | "bitwise_xor" | "__and__" | "__or__" | "__xor__",
@@ -852,6 +617,7 @@ impl Op {
             Op::Unary(u) => u.name().to_string(),
             Op::Binary { op, .. } => op.name().to_string(),
             Op::BinaryScalar { op, .. } => format!("{}_scalar", op.name()),
+            Op::Ternary { op, .. } => op.name().to_string(),
             Op::Unknown { op_type, .. } => op_type.clone(),
             Op::Ext(e) => e.name(),
             Op::Composite(c) => c.name().to_string(),
@@ -1058,8 +824,8 @@ mod tests {
 
     #[test]
     fn unknown_ops_are_kept_by_name() {
-        let (op, _) = parse("aten.erfinv.default", "{}", 1).unwrap();
-        assert_eq!(op.name(), "aten.erfinv.default");
+        let (op, _) = parse("aten.special_zeta.default", "{}", 1).unwrap();
+        assert_eq!(op.name(), "aten.special_zeta.default");
         let (op, _) = parse("wrap_with_set_grad_enabled", "{}", 2).unwrap();
         assert!(matches!(op, Op::Unknown { .. }));
     }
@@ -1081,9 +847,9 @@ mod tests {
         let p = |t: &str, a: &str, n: usize| parse(t, a, n).unwrap().0;
         assert_eq!(
             p("aten.where.ScalarOther", r#"{"other": 0.5}"#, 2),
-            Op::Where {
-                self_scalar: None,
-                other_scalar: Some(0.5)
+            Op::Ternary {
+                op: TernaryOp::Where,
+                scalars: [None, None, Some(0.5)]
             }
         );
         assert_eq!(
@@ -1096,9 +862,10 @@ mod tests {
         );
         assert_eq!(
             p("aten.ge.Scalar", r#"{"other": 0}"#, 1),
-            Op::Compare {
-                op: CompareOp::Ge,
-                scalar: Some(0.0)
+            Op::BinaryScalar {
+                op: BinaryOp::Ge,
+                scalar: 0.0,
+                scalar_lhs: false
             }
         );
         assert_eq!(
@@ -1172,9 +939,9 @@ mod tests {
         );
         assert_eq!(
             p("aten.leaky_relu.default", "{}", 1),
-            Op::LeakyRelu {
+            Op::Unary(UnaryOp::LeakyRelu {
                 negative_slope: 0.01
-            }
+            })
         );
         assert_eq!(
             p("aten.group_norm.default", r#"{"num_groups": 3}"#, 3),

@@ -4,7 +4,7 @@
 
 use npu_compiler::expr::{round_to, Expr, Instr};
 use npu_compiler::program::{dense_strides, Kernel, PoolKind, ReduceOp};
-use npu_ir::{BinaryOp, DType, UnaryOp};
+use npu_ir::{BinaryOp, DType, TernaryOp, UnaryOp};
 use npu_runtime::cpu::exec_step;
 use npu_runtime::cpu::view::View;
 use npu_runtime::tensor::{load_f32, store_f32};
@@ -416,6 +416,93 @@ fn elementwise_broadcasts_and_divides_by_scalars() {
             },
             &format!("elementwise {dt}"),
         );
+    }
+}
+
+/// NaN and Inf as PyTorch has them (values checked against torch 2.11): relu, maximum/minimum
+/// and clamp propagate NaN, fmax/fmin ignore it, sign(NaN) = 0, comparisons with NaN are
+/// false and `ne` true; in f32 and bf16 storage, with bool results stored as bool.
+#[test]
+fn elementwise_nan_and_inf_follow_pytorch() {
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let x = [nan, inf, -inf, 0.0, -1.5, 2.0, nan, 1.0];
+    let y = [1.0, nan, 3.0, nan, -inf, 2.0, nan, inf];
+    let un = |u: UnaryOp| vec![Instr::Load(0), Instr::Unary(u)];
+    let bin = |b: BinaryOp| vec![Instr::Load(0), Instr::Load(1), Instr::Binary(b)];
+    let cases: Vec<(&str, Vec<Instr>, [f32; 8])> = vec![
+        ("relu", un(UnaryOp::Relu), [nan, inf, 0.0, 0.0, 0.0, 2.0, nan, 1.0]),
+        ("sign", un(UnaryOp::Sign), [0.0, 1.0, -1.0, 0.0, -1.0, 1.0, 0.0, 1.0]),
+        ("isnan", un(UnaryOp::IsNan), [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+        ("isinf", un(UnaryOp::IsInf), [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+        ("sigmoid", un(UnaryOp::Sigmoid), [nan, 1.0, 0.0, 0.5, 0.182_425_52, 0.880_797_1, nan, 0.731_058_6]),
+        ("maximum", bin(BinaryOp::Max), [nan, nan, 3.0, nan, -1.5, 2.0, nan, inf]),
+        ("minimum", bin(BinaryOp::Min), [nan, nan, -inf, nan, -inf, 2.0, nan, 1.0]),
+        ("fmax", bin(BinaryOp::Fmax), [1.0, inf, 3.0, 0.0, -1.5, 2.0, nan, inf]),
+        ("fmin", bin(BinaryOp::Fmin), [1.0, inf, -inf, 0.0, -inf, 2.0, nan, 1.0]),
+        ("eq", bin(BinaryOp::Eq), [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0]),
+        ("ne", bin(BinaryOp::Ne), [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0]),
+        ("lt", bin(BinaryOp::Lt), [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]),
+        ("ge", bin(BinaryOp::Ge), [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]),
+        (
+            "clamp(-1, 1)",
+            vec![Instr::Load(0), Instr::Clamp { min: Some(-1.0), max: Some(1.0) }],
+            [nan, 1.0, -1.0, 0.0, -1.0, 1.0, nan, 1.0],
+        ),
+        (
+            "clamp(x, lo=y, hi=2)",
+            vec![Instr::Load(0), Instr::Load(1), Instr::Const(2.0), Instr::Ternary(TernaryOp::Clamp)],
+            [nan, nan, 2.0, nan, -1.5, 2.0, nan, 2.0],
+        ),
+        (
+            "where(x > 0, x, y)",
+            vec![
+                Instr::Load(0),
+                Instr::Const(0.0),
+                Instr::Binary(BinaryOp::Gt),
+                Instr::Load(0),
+                Instr::Load(1),
+                Instr::Ternary(TernaryOp::Where),
+            ],
+            [1.0, inf, 3.0, nan, -inf, 2.0, nan, 1.0],
+        ),
+    ];
+    for dt in [DType::F32, DType::BF16] {
+        for (what, code, want) in &cases {
+            let bool_result = matches!(*what, "isnan" | "isinf" | "eq" | "ne" | "lt" | "ge");
+            let odt = if bool_result { DType::Bool } else { dt };
+            let mk = |dtype: DType, v: &[f32]| {
+                let mut data = vec![0u8; v.len() * dtype.size_bytes()];
+                for (i, &x) in v.iter().enumerate() {
+                    store_f32(&mut data, dtype, i, x);
+                }
+                T {
+                    dtype,
+                    shape: vec![v.len()],
+                    strides: vec![1],
+                    data,
+                }
+            };
+            let (mut a, mut b, mut out) = (mk(dt, &x), mk(dt, &y), mk(odt, &[0.0; 8]));
+            let expr = Expr { code: code.clone() };
+            let k = Kernel::Elementwise { expr };
+            let n = k_inputs(&k);
+            let mut ins: Vec<&mut T> = vec![&mut a, &mut b];
+            ins.truncate(n);
+            run(&k, &mut ins, &mut out);
+            for (i, w) in want.iter().enumerate() {
+                let g = out.at(&[i]) as f32;
+                let w = round_to(odt, *w);
+                let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-2 * w.abs();
+                assert!(ok, "{what} {dt}: [{i}] {} -> got {g}, want {w}", x[i]);
+            }
+        }
+    }
+}
+
+fn k_inputs(k: &Kernel) -> usize {
+    match k {
+        Kernel::Elementwise { expr } => expr.num_inputs(),
+        _ => 0,
     }
 }
 

@@ -3,7 +3,8 @@
 Each case is a tiny module exported with torch_ir (real tensors, ``strict=False``) to ``<case>.ir.json``; one
 ``refs.safetensors`` holds, per case, ``<case>.input.<graph input>``, ``<case>.weight.<IR weight key>`` and
 ``<case>.output.<graph output>`` (PyTorch eager's result). Inputs are random and never all zeros, sizes are
-odd, dims negative where ATen allows, operands broadcast; a few cases run in bfloat16.
+odd, dims negative where ATen allows, operands broadcast; a few cases run in bfloat16. Every pointwise op,
+with NaN/Inf inputs, is in ``<out>/pointwise`` (``pointwise_refs.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 import torch_ir
 from torch import nn
 
-from . import common, decomp_cases
+from . import common, decomp_cases, pointwise_refs
 
 Fn = Callable[..., Any]
 
@@ -479,5 +480,8 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
         "meta-core.json",
         f"Generator({args.seed + 2})",
     )
-    meta["files"] = meta["files"] + core["files"]
+    meta["files"] = meta["files"] + core["files"] + ["pointwise/"]
+    # The pointwise table's cases (dtypes, NaN/Inf, integer semantics): their own files and stream.
+    meta["cases"]["pointwise"] = pointwise_refs.export(out / "pointwise", args.seed + 2)
+    common.write_json(meta, out / "meta.json")
     return meta

@@ -2,10 +2,12 @@
 //! read only by that consumer and has the consumer's shape (so one index addresses both).
 //! Operands from outside the group may have any broadcastable shape: lowering binds them with
 //! broadcast strides. Every remaining elementwise node becomes a one-op expression.
+//! Every pointwise IR op (unary, binary, ternary, clamp, masked_fill, cast) is elementwise.
 
 use crate::expr::{Expr, Instr};
 use crate::graph::{remove_nodes, CGraph, FusedOp, Module, Op, Uses};
-use npu_ir::{BinaryOp, Op as IrOp, UnaryOp, ValueId};
+use npu_ir::pointwise::Rule;
+use npu_ir::{BinaryOp, DType, Op as IrOp, TernaryOp, UnaryOp, ValueId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The most nodes one fused expression takes: bounds the kernel's size and keeps its
@@ -20,6 +22,8 @@ fn is_elementwise(op: &Op) -> bool {
                 | IrOp::Binary { .. }
                 | IrOp::BinaryScalar { .. }
                 | IrOp::Clamp { .. }
+                | IrOp::Ternary { .. }
+                | IrOp::MaskedFill { .. }
                 | IrOp::Cast
         ) | Op::Fused(FusedOp::Elementwise(_))
     )
@@ -43,6 +47,8 @@ struct Frame {
     holes: Vec<(usize, ValueId)>,
     at: usize,
     hole: usize,
+    /// Append a cast to bool when the node's code is done (see [`Builder::fragment`]).
+    cast_bool: bool,
 }
 
 impl Builder<'_> {
@@ -58,11 +64,15 @@ impl Builder<'_> {
         self.code.clear();
         self.holes.clear();
         self.emit(n);
+        // A bool value inside the chain must stay 0/1 (`add` of two bools is True).
+        let node = &self.g.nodes[n];
+        let cast_bool = self.g.ty(node.outputs[0]).dtype == DType::Bool && !yields_bool(&node.op);
         Frame {
             code: std::mem::take(&mut self.code),
             holes: std::mem::take(&mut self.holes),
             at: 0,
             hole: 0,
+            cast_bool,
         }
     }
 
@@ -70,9 +80,14 @@ impl Builder<'_> {
     /// operand first, external inputs numbered in first-use order; iterative.
     fn build(&mut self, root: usize) {
         let mut out = Vec::new();
-        let mut stack = vec![self.fragment(root)];
+        let mut root_frame = self.fragment(root);
+        root_frame.cast_bool = false; // the group's output is rounded by the store
+        let mut stack = vec![root_frame];
         while let Some(f) = stack.last_mut() {
             if f.at == f.code.len() {
+                if f.cast_bool {
+                    out.push(Instr::Cast(DType::Bool));
+                }
                 stack.pop();
                 continue;
             }
@@ -108,7 +123,31 @@ impl Builder<'_> {
         match &node.op {
             Op::Ir(IrOp::Unary(u)) => {
                 self.operand(ins[0]);
-                self.code.push(Instr::Unary(*u));
+                let dtype = self.g.ty(node.outputs[0]).dtype;
+                self.code.push(Instr::Unary(u.for_dtype(dtype)));
+            }
+            Op::Ir(IrOp::Ternary { op, scalars }) => {
+                let mut next = 0;
+                for s in scalars {
+                    match s {
+                        Some(s) => self.code.push(Instr::Const(*s as f32)),
+                        None => {
+                            self.operand(ins[next]);
+                            next += 1;
+                        }
+                    }
+                }
+                self.code.push(Instr::Ternary(*op));
+            }
+            // where(mask, value, x)
+            Op::Ir(IrOp::MaskedFill { value }) => {
+                self.operand(ins[1]);
+                match value {
+                    Some(v) => self.code.push(Instr::Const(*v as f32)),
+                    None => self.operand(ins[2]),
+                }
+                self.operand(ins[0]);
+                self.code.push(Instr::Ternary(TernaryOp::Where));
             }
             Op::Ir(IrOp::Binary { op, alpha }) => {
                 self.operand(ins[0]);
@@ -155,6 +194,15 @@ impl Builder<'_> {
             }
             _ => unreachable!("only elementwise nodes are grouped"),
         }
+    }
+}
+
+/// Whether `op` always yields 0 or 1 (so a bool result needs no rounding).
+fn yields_bool(op: &Op) -> bool {
+    match op {
+        Op::Ir(IrOp::Unary(u)) => u.rule() == Rule::Bool,
+        Op::Ir(IrOp::Binary { op, .. } | IrOp::BinaryScalar { op, .. }) => op.rule() == Rule::Bool,
+        _ => false,
     }
 }
 

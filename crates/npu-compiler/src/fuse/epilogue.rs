@@ -10,6 +10,9 @@ pub fn match_conv_act(cx: &Cx, n: usize) -> Option<Match> {
     let Op::Ir(IrOp::Unary(act)) = root.op else {
         return None;
     };
+    if !act.is_epilogue_act() {
+        return None;
+    }
     let x = root.inputs[0];
     if !cx.uses.single_use(x) {
         return None;
@@ -57,6 +60,9 @@ pub fn match_linear_act(cx: &Cx, n: usize) -> Option<Match> {
     let Op::Ir(IrOp::Unary(act)) = root.op else {
         return None;
     };
+    if !act.is_epilogue_act() {
+        return None;
+    }
     if act == npu_ir::UnaryOp::Silu {
         let users = &cx.uses.users[root.outputs[0].idx()];
         let feeds_mul = users.len() == 1

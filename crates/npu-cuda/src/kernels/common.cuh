@@ -130,27 +130,8 @@ __device__ __forceinline__ i64 offset_lead(const TD& t, int r, i64 lin) {
   return off;
 }
 
-// Unary op codes (must match the Rust side, unary_code()).
-__device__ __forceinline__ float apply_unary(int code, float a) {
-  switch (code) {
-    case 0: return a < 0.0f ? 0.0f : a;  // relu keeps NaN, as PyTorch's
-    case 1: return a / (1.0f + expf(-a));
-    case 2: return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
-    case 3: { float c = 0.7978845608028654f; return 0.5f * a * (1.0f + tanhf(c * (a + 0.044715f * a * a * a))); }
-    case 4: return -a;
-    case 5: return 1.0f / sqrtf(a);
-    case 6: return sqrtf(a);
-    case 7: return 1.0f / a;
-    case 8: return expf(a);
-    case 9: return logf(a);
-    case 10: return cosf(a);
-    case 11: return sinf(a);
-    case 12: return tanhf(a);
-    case 13: return 1.0f / (1.0f + expf(-a));
-    case 14: return fabsf(a);
-    default: return a;
-  }
-}
+// apply_unary(code, x), the epilogue activation, is generated from the pointwise table and
+// appended to this header (elementwise.rs, common_source()).
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -1,8 +1,10 @@
-//! Fused elementwise expressions, evaluated block-wise over rows of the output.
+//! Fused elementwise expressions, evaluated block-wise over rows of the output. Each
+//! instruction runs over a block of up to 256 elements with the pointwise table's math
+//! (`eval_block`); SiLU and exp use the vectorizable [`fast_exp`].
 
 use super::view::{chunks_for, offset_in, with_scratch, View};
-use npu_compiler::expr::{binary, clamp, relu, round_to, unary, Expr, Instr};
-use npu_ir::{BinaryOp, UnaryOp};
+use npu_compiler::expr::{clamp, round_to, Expr, Instr};
+use npu_ir::UnaryOp;
 use rayon::prelude::*;
 
 const BLOCK: usize = 256;
@@ -16,6 +18,7 @@ fn max_depth(expr: &Expr) -> usize {
                 m = m.max(d);
             }
             Instr::Binary(_) => d = d.saturating_sub(1),
+            Instr::Ternary(_) => d = d.saturating_sub(2),
             _ => {}
         }
     }
@@ -73,30 +76,26 @@ pub fn elementwise(expr: &Expr, ins: &[View], out: &View) -> Result<(), String> 
                         }
                         Instr::Unary(u) => {
                             let v = &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len];
-                            if u == UnaryOp::Relu {
-                                v.iter_mut().for_each(|x| *x = relu(*x));
-                            } else if u == UnaryOp::Silu {
-                                v.iter_mut().for_each(|x| *x /= 1.0 + fast_exp(-*x));
-                            } else if u == UnaryOp::Exp {
-                                v.iter_mut().for_each(|x| *x = fast_exp(*x));
-                            } else {
-                                v.iter_mut().for_each(|x| *x = unary(u, *x));
+                            match u {
+                                UnaryOp::Silu => {
+                                    v.iter_mut().for_each(|x| *x /= 1.0 + fast_exp(-*x))
+                                }
+                                UnaryOp::Exp => v.iter_mut().for_each(|x| *x = fast_exp(*x)),
+                                _ => u.eval_block(v, []),
                             }
                         }
                         Instr::Binary(op) => {
                             let (lo, hi) = stack.split_at_mut((sp - 1) * BLOCK);
                             let a = &mut lo[(sp - 2) * BLOCK..(sp - 2) * BLOCK + len];
-                            let b = &hi[..len];
-                            match op {
-                                BinaryOp::Add => a.iter_mut().zip(b).for_each(|(x, y)| *x += y),
-                                BinaryOp::Mul => a.iter_mut().zip(b).for_each(|(x, y)| *x *= y),
-                                BinaryOp::Sub => a.iter_mut().zip(b).for_each(|(x, y)| *x -= y),
-                                _ => a
-                                    .iter_mut()
-                                    .zip(b)
-                                    .for_each(|(x, &y)| *x = binary(op, *x, y)),
-                            }
+                            op.eval_block(a, [&hi[..len]]);
                             sp -= 1;
+                        }
+                        Instr::Ternary(op) => {
+                            let (lo, hi) = stack.split_at_mut((sp - 2) * BLOCK);
+                            let a = &mut lo[(sp - 3) * BLOCK..(sp - 3) * BLOCK + len];
+                            let (b, c) = hi.split_at(BLOCK);
+                            op.eval_block(a, [&b[..len], &c[..len]]);
+                            sp -= 2;
                         }
                         Instr::Clamp { min, max } => {
                             for x in &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len] {

@@ -138,17 +138,8 @@ fn kernel(op: &Op) -> R<Kernel<'_>> {
             scalar_lhs,
         } => one(move |a| elementwise::binary_scalar(a, *op, *scalar, *scalar_lhs)),
         Op::Clamp { min, max } => one(move |a| elementwise::clamp(a, *min, *max)),
-        Op::Hardswish | Op::Hardsigmoid | Op::LeakyRelu { .. } => {
-            one(move |a| elementwise::activation(a, op))
-        }
-        Op::Where {
-            self_scalar,
-            other_scalar,
-        } => one(move |a| elementwise::where_(a, *self_scalar, *other_scalar)),
+        Op::Ternary { op, scalars } => one(move |a| elementwise::ternary(a, *op, scalars)),
         Op::MaskedFill { value } => one(move |a| elementwise::masked_fill(a, *value)),
-        Op::Compare { op, scalar } => one(move |a| elementwise::compare(a, *op, *scalar)),
-        Op::LogicalNot => one(elementwise::logical_not),
-        Op::Logical { op } => one(move |a| elementwise::logical(a, *op)),
         Op::BitwiseNot => one(elementwise::bitwise_not),
         Op::Bitwise { op, scalar } => one(move |a| elementwise::bitwise(a, *op, *scalar)),
         Op::Cast => one(elementwise::cast),
