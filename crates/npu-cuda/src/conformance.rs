@@ -152,10 +152,14 @@ impl Case {
             })
             .collect();
         let i = self.ins.len() as u32;
-        self.values.push(HostTensor::from_f32_as(dt, shape.to_vec(), &v));
+        self.values
+            .push(HostTensor::from_f32_as(dt, shape.to_vec(), &v));
         let s = dense_strides(shape);
-        self.ins
-            .push((shape.to_vec(), dt, binding(Slot::Input(i), shape, &s, 0, dt)));
+        self.ins.push((
+            shape.to_vec(),
+            dt,
+            binding(Slot::Input(i), shape, &s, 0, dt),
+        ));
         self
     }
 
@@ -749,9 +753,12 @@ fn pointwise_cases(rng: &mut Rng, v: &mut Vec<Case>) {
         };
         let is_bool = u.rule() == npu_ir::pointwise::Rule::Bool;
         v.push(
-            Case::new(format!("pointwise {} nan/inf", u.name()), Kernel::Elementwise { expr })
-                .special_input(rng, &[n + 15], F32, 1)
-                .output(&[n + 15], out_dt(is_bool)),
+            Case::new(
+                format!("pointwise {} nan/inf", u.name()),
+                Kernel::Elementwise { expr },
+            )
+            .special_input(rng, &[n + 15], F32, 1)
+            .output(&[n + 15], out_dt(is_bool)),
         );
     }
     for b in BinaryOp::all() {
@@ -760,22 +767,33 @@ fn pointwise_cases(rng: &mut Rng, v: &mut Vec<Case>) {
         };
         let is_bool = b.rule() == npu_ir::pointwise::Rule::Bool;
         v.push(
-            Case::new(format!("pointwise {} nan/inf pairs", b.name()), Kernel::Elementwise { expr })
-                .special_input(rng, &[n * n + 7], F32, n)
-                .special_input(rng, &[n * n + 7], F32, 1)
-                .output(&[n * n + 7], out_dt(is_bool)),
+            Case::new(
+                format!("pointwise {} nan/inf pairs", b.name()),
+                Kernel::Elementwise { expr },
+            )
+            .special_input(rng, &[n * n + 7], F32, n)
+            .special_input(rng, &[n * n + 7], F32, 1)
+            .output(&[n * n + 7], out_dt(is_bool)),
         );
     }
     for t in TernaryOp::all() {
         let expr = Expr {
-            code: vec![Instr::Load(0), Instr::Load(1), Instr::Load(2), Instr::Ternary(t)],
+            code: vec![
+                Instr::Load(0),
+                Instr::Load(1),
+                Instr::Load(2),
+                Instr::Ternary(t),
+            ],
         };
         v.push(
-            Case::new(format!("pointwise {} nan/inf triples", t.name()), Kernel::Elementwise { expr })
-                .special_input(rng, &[n * n], F32, n)
-                .special_input(rng, &[n * n], F32, 1)
-                .special_input(rng, &[n * n], F32, 3)
-                .output(&[n * n], F32),
+            Case::new(
+                format!("pointwise {} nan/inf triples", t.name()),
+                Kernel::Elementwise { expr },
+            )
+            .special_input(rng, &[n * n], F32, n)
+            .special_input(rng, &[n * n], F32, 1)
+            .special_input(rng, &[n * n], F32, 3)
+            .output(&[n * n], F32),
         );
     }
     let chain = Expr {
@@ -796,10 +814,13 @@ fn pointwise_cases(rng: &mut Rng, v: &mut Vec<Case>) {
         ],
     };
     v.push(
-        Case::new("pointwise relu/max/clamp/ne/where bf16 nan/inf", Kernel::Elementwise { expr: chain })
-            .special_input(rng, &[n * n], BF16, n)
-            .special_input(rng, &[n * n], BF16, 1)
-            .output(&[n * n], BF16),
+        Case::new(
+            "pointwise relu/max/clamp/ne/where bf16 nan/inf",
+            Kernel::Elementwise { expr: chain },
+        )
+        .special_input(rng, &[n * n], BF16, n)
+        .special_input(rng, &[n * n], BF16, 1)
+        .output(&[n * n], BF16),
     );
 }
 

@@ -15,8 +15,12 @@ use std::fmt::Write;
 /// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
 pub(crate) fn common_source() -> String {
     let mut s = String::from(include_str!("kernels/common.cuh"));
-    s.push_str("\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n");
-    s.push_str("__device__ __forceinline__ float apply_unary(int code, float a) {\n  switch (code) {\n");
+    s.push_str(
+        "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",
+    );
+    s.push_str(
+        "__device__ __forceinline__ float apply_unary(int code, float a) {\n  switch (code) {\n",
+    );
     for u in UnaryOp::all().into_iter().filter(UnaryOp::is_epilogue_act) {
         let _ = writeln!(s, "    case {}: return {};", u.act_code(), u.cuda(["a"]));
     }
@@ -200,7 +204,13 @@ mod tests {
     #[test]
     fn the_epilogue_switch_covers_every_activation() {
         let src = common_source();
-        for u in [UnaryOp::Relu, UnaryOp::Silu, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Erf] {
+        for u in [
+            UnaryOp::Relu,
+            UnaryOp::Silu,
+            UnaryOp::Gelu,
+            UnaryOp::GeluTanh,
+            UnaryOp::Erf,
+        ] {
             let case = format!("case {}: return {};", u.act_code(), u.cuda(["a"]));
             assert!(src.contains(&case), "{case}");
         }

@@ -571,7 +571,8 @@ mod tests {
         );
         assert_eq!(
             p("aten.celu.default", r#"{"alpha": 0.5}"#, 1, 2),
-            Op::Composite(Composite::Elu {
+            // a pointwise table op now (one kernel on the NPU), not a composite
+            Op::Unary(crate::UnaryOp::Elu {
                 alpha: 0.5,
                 scale: 1.0,
                 input_scale: 2.0

@@ -273,11 +273,11 @@ fn every_op_case_matches_pytorch() {
 const UNKNOWN_OP_IR: &str = r#"{
   "model_name": "m", "pytorch_version": "2.11.0",
   "graph_inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32"}],
-  "graph_outputs": [{"name": "erfinv", "shape": [2, 3], "dtype": "float32"}],
+  "graph_outputs": [{"name": "digamma", "shape": [2, 3], "dtype": "float32"}],
   "weights": [], "weight_name_mapping": {},
-  "nodes": [{"name": "erfinv", "op_type": "aten.erfinv.default",
+  "nodes": [{"name": "digamma", "op_type": "aten.digamma.default",
     "inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32", "producer_node": "x", "producer_output_idx": 0}],
-    "outputs": [{"name": "erfinv", "shape": [2, 3], "dtype": "float32"}], "attrs": {}}]
+    "outputs": [{"name": "digamma", "shape": [2, 3], "dtype": "float32"}], "attrs": {}}]
 }"#;
 
 #[test]
@@ -287,21 +287,21 @@ fn unknown_op_is_an_error_naming_op_and_node() {
     let err = run_graph(&graph, &[("x", &x)], &MemoryWeights::default())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("aten.erfinv.default"), "{err}");
-    assert!(err.contains("'erfinv'"), "{err}");
+    assert!(err.contains("aten.digamma.default"), "{err}");
+    assert!(err.contains("'digamma'"), "{err}");
 }
 
 #[test]
 fn shape_mismatch_is_an_error_not_a_panic() {
     let ir = UNKNOWN_OP_IR
-        .replace("aten.erfinv.default", "aten.add.Tensor")
+        .replace("aten.digamma.default", "aten.add.Tensor")
         .replace(
-            r#""outputs": [{"name": "erfinv", "shape": [2, 3]"#,
-            r#""outputs": [{"name": "erfinv", "shape": [4, 3]"#,
+            r#""outputs": [{"name": "digamma", "shape": [2, 3]"#,
+            r#""outputs": [{"name": "digamma", "shape": [4, 3]"#,
         )
         .replace(
-            r#""graph_outputs": [{"name": "erfinv", "shape": [2, 3]"#,
-            r#""graph_outputs": [{"name": "erfinv", "shape": [4, 3]"#,
+            r#""graph_outputs": [{"name": "digamma", "shape": [2, 3]"#,
+            r#""graph_outputs": [{"name": "digamma", "shape": [4, 3]"#,
         )
         .replace(r#""attrs": {}}]"#, r#""attrs": {"other": 1.5}}]"#);
     let graph = npu_ir::parse_str(&ir).unwrap();
@@ -310,7 +310,7 @@ fn shape_mismatch_is_an_error_not_a_panic() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("'erfinv'") && err.contains("broadcast"),
+        err.contains("'digamma'") && err.contains("broadcast"),
         "{err}"
     );
     // a wrong input shape is refused up front
@@ -323,7 +323,7 @@ fn shape_mismatch_is_an_error_not_a_panic() {
 fn eval_node_checks_output_metadata() {
     let graph = npu_ir::parse_str(
         UNKNOWN_OP_IR
-            .replace("aten.erfinv.default", "aten.relu.default")
+            .replace("aten.digamma.default", "aten.relu.default")
             .as_str(),
     )
     .unwrap();

@@ -430,27 +430,99 @@ fn elementwise_nan_and_inf_follow_pytorch() {
     let un = |u: UnaryOp| vec![Instr::Load(0), Instr::Unary(u)];
     let bin = |b: BinaryOp| vec![Instr::Load(0), Instr::Load(1), Instr::Binary(b)];
     let cases: Vec<(&str, Vec<Instr>, [f32; 8])> = vec![
-        ("relu", un(UnaryOp::Relu), [nan, inf, 0.0, 0.0, 0.0, 2.0, nan, 1.0]),
-        ("sign", un(UnaryOp::Sign), [0.0, 1.0, -1.0, 0.0, -1.0, 1.0, 0.0, 1.0]),
-        ("isnan", un(UnaryOp::IsNan), [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
-        ("isinf", un(UnaryOp::IsInf), [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
-        ("sigmoid", un(UnaryOp::Sigmoid), [nan, 1.0, 0.0, 0.5, 0.182_425_52, 0.880_797_1, nan, 0.731_058_6]),
-        ("maximum", bin(BinaryOp::Max), [nan, nan, 3.0, nan, -1.5, 2.0, nan, inf]),
-        ("minimum", bin(BinaryOp::Min), [nan, nan, -inf, nan, -inf, 2.0, nan, 1.0]),
-        ("fmax", bin(BinaryOp::Fmax), [1.0, inf, 3.0, 0.0, -1.5, 2.0, nan, inf]),
-        ("fmin", bin(BinaryOp::Fmin), [1.0, inf, -inf, 0.0, -inf, 2.0, nan, 1.0]),
-        ("eq", bin(BinaryOp::Eq), [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0]),
-        ("ne", bin(BinaryOp::Ne), [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0]),
-        ("lt", bin(BinaryOp::Lt), [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]),
-        ("ge", bin(BinaryOp::Ge), [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]),
+        (
+            "relu",
+            un(UnaryOp::Relu),
+            [nan, inf, 0.0, 0.0, 0.0, 2.0, nan, 1.0],
+        ),
+        (
+            "sign",
+            un(UnaryOp::Sign),
+            [0.0, 1.0, -1.0, 0.0, -1.0, 1.0, 0.0, 1.0],
+        ),
+        (
+            "isnan",
+            un(UnaryOp::IsNan),
+            [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        ),
+        (
+            "isinf",
+            un(UnaryOp::IsInf),
+            [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        ),
+        (
+            "sigmoid",
+            un(UnaryOp::Sigmoid),
+            [
+                nan,
+                1.0,
+                0.0,
+                0.5,
+                0.182_425_52,
+                0.880_797_1,
+                nan,
+                0.731_058_6,
+            ],
+        ),
+        (
+            "maximum",
+            bin(BinaryOp::Max),
+            [nan, nan, 3.0, nan, -1.5, 2.0, nan, inf],
+        ),
+        (
+            "minimum",
+            bin(BinaryOp::Min),
+            [nan, nan, -inf, nan, -inf, 2.0, nan, 1.0],
+        ),
+        (
+            "fmax",
+            bin(BinaryOp::Fmax),
+            [1.0, inf, 3.0, 0.0, -1.5, 2.0, nan, inf],
+        ),
+        (
+            "fmin",
+            bin(BinaryOp::Fmin),
+            [1.0, inf, -inf, 0.0, -inf, 2.0, nan, 1.0],
+        ),
+        (
+            "eq",
+            bin(BinaryOp::Eq),
+            [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+        ),
+        (
+            "ne",
+            bin(BinaryOp::Ne),
+            [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0],
+        ),
+        (
+            "lt",
+            bin(BinaryOp::Lt),
+            [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+        ),
+        (
+            "ge",
+            bin(BinaryOp::Ge),
+            [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+        ),
         (
             "clamp(-1, 1)",
-            vec![Instr::Load(0), Instr::Clamp { min: Some(-1.0), max: Some(1.0) }],
+            vec![
+                Instr::Load(0),
+                Instr::Clamp {
+                    min: Some(-1.0),
+                    max: Some(1.0),
+                },
+            ],
             [nan, 1.0, -1.0, 0.0, -1.0, 1.0, nan, 1.0],
         ),
         (
             "clamp(x, lo=y, hi=2)",
-            vec![Instr::Load(0), Instr::Load(1), Instr::Const(2.0), Instr::Ternary(TernaryOp::Clamp)],
+            vec![
+                Instr::Load(0),
+                Instr::Load(1),
+                Instr::Const(2.0),
+                Instr::Ternary(TernaryOp::Clamp),
+            ],
             [nan, nan, 2.0, nan, -1.5, 2.0, nan, 2.0],
         ),
         (
@@ -782,7 +854,7 @@ fn attention_gqa_masked_causal_and_long_context() {
 /// relu, maximum, minimum and clamp keep NaN as PyTorch does (issue 11: the compiled relu
 /// turned NaN into 0, so the answer depended on the partition); infinities clamp normally.
 #[test]
-fn elementwise_nan_and_inf_follow_pytorch() {
+fn elementwise_nan_pairs_in_every_float_dtype() {
     let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -2.5, 0.0, 3.0];
     type Reference = fn(f32, f32) -> f32;
     let cases: [(Vec<Instr>, Reference); 4] = [

@@ -53,7 +53,11 @@ fn close(dtype: DType, got: f32, want: f32) -> bool {
 }
 
 /// Mismatches of `got` against PyTorch's `want`, one line each (at most 5 per output).
-fn compare(what: &str, got: &[(String, HostTensor)], want: &HashMap<String, HostTensor>) -> Vec<String> {
+fn compare(
+    what: &str,
+    got: &[(String, HostTensor)],
+    want: &HashMap<String, HostTensor>,
+) -> Vec<String> {
     let mut bad = Vec::new();
     assert_eq!(got.len(), want.len(), "{what}: output count");
     for (name, g) in got {
@@ -88,7 +92,11 @@ fn compare(what: &str, got: &[(String, HostTensor)], want: &HashMap<String, Host
     bad
 }
 
-fn inputs<'a>(graph: &Graph, case: &str, refs: &'a HashMap<String, HostTensor>) -> Vec<(String, &'a HostTensor)> {
+fn inputs<'a>(
+    graph: &Graph,
+    case: &str,
+    refs: &'a HashMap<String, HostTensor>,
+) -> Vec<(String, &'a HostTensor)> {
     graph
         .inputs
         .iter()
@@ -117,17 +125,30 @@ fn fallback_matches_pytorch_for_every_pointwise_op() {
     for case in &names {
         let graph = npu_ir::load(&dir().join(format!("{case}.ir.json"))).unwrap();
         for n in &graph.nodes {
-            assert!(!matches!(n.op, Op::Unknown { .. }), "{case}: {} is not typed", n.op_type);
+            assert!(
+                !matches!(n.op, Op::Unknown { .. }),
+                "{case}: {} is not typed",
+                n.op_type
+            );
             seen.insert(n.op.name());
         }
         let ins = inputs(&graph, case, &refs);
         let named: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (n.as_str(), *t)).collect();
         match run_graph(&graph, &named, &MemoryWeights::default()) {
-            Ok(outs) => bad.extend(compare(&format!("fallback {case}"), &outs, &expected(case, &refs))),
+            Ok(outs) => bad.extend(compare(
+                &format!("fallback {case}"),
+                &outs,
+                &expected(case, &refs),
+            )),
             Err(e) => bad.push(format!("fallback {case}: {e}")),
         }
     }
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
     // every row of the table has a PyTorch case
     let rows = npu_ir::UnaryOp::all()
         .iter()
@@ -138,7 +159,10 @@ fn fallback_matches_pytorch_for_every_pointwise_op() {
         .collect::<Vec<_>>();
     let covered = |r: &str| seen.contains(r) || seen.contains(&format!("{r}_scalar"));
     let missing: Vec<&String> = rows.iter().filter(|r| !covered(r)).collect();
-    assert!(missing.is_empty(), "no PyTorch case for {missing:?}; seen {seen:?}");
+    assert!(
+        missing.is_empty(),
+        "no PyTorch case for {missing:?}; seen {seen:?}"
+    );
 }
 
 #[test]
@@ -151,24 +175,37 @@ fn compiled_npu_kernels_match_pytorch_for_every_pointwise_op() {
         let refused: Vec<String> = graph
             .nodes
             .iter()
-            .filter_map(|n| target::NPU.ir_node_unsupported(n, &graph).map(|r| format!("{}: {r}", n.name)))
+            .filter_map(|n| {
+                target::NPU
+                    .ir_node_unsupported(n, &graph)
+                    .map(|r| format!("{}: {r}", n.name))
+            })
             .collect();
         if case.ends_with("_i64") {
             // integer math would round in f32: every node goes to the exact CPU fallback
-            assert!(!refused.is_empty(), "{case}: integer graph accepted by the NPU target");
+            assert!(
+                !refused.is_empty(),
+                "{case}: integer graph accepted by the NPU target"
+            );
             for r in &refused {
                 assert!(r.contains("integer"), "{case}: {r}");
             }
             continue;
         }
         assert!(refused.is_empty(), "{case}: {refused:?}");
-        let dtype = graph.ty(graph.inputs[0]).dtype;
+        // The compute dtype is the graph's float dtype (a `where` mask input comes first).
+        let dtype = graph
+            .inputs
+            .iter()
+            .map(|&v| graph.ty(v).dtype)
+            .find(|d| d.is_float())
+            .unwrap_or(DType::F32);
         let opts = CompileOptions {
             target: &target::NPU,
             dtype: Some(dtype),
         };
-        let (program, _) = npu_compiler::compile(graph.clone(), &opts)
-            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let (program, _) =
+            npu_compiler::compile(graph.clone(), &opts).unwrap_or_else(|e| panic!("{case}: {e}"));
         let ins = inputs(&graph, &case, &refs);
         let named: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (n.as_str(), *t)).collect();
         let outs = CpuBackend::new()
@@ -176,9 +213,18 @@ fn compiled_npu_kernels_match_pytorch_for_every_pointwise_op() {
             .unwrap()
             .run_all(&named)
             .unwrap_or_else(|e| panic!("{case}: {e}"));
-        bad.extend(compare(&format!("compiled {case}"), &outs, &expected(&case, &refs)));
+        bad.extend(compare(
+            &format!("compiled {case}"),
+            &outs,
+            &expected(&case, &refs),
+        ));
         compiled += 1;
     }
     assert!(compiled >= 20, "{compiled} cases compiled");
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }

@@ -482,6 +482,6 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
     )
     meta["files"] = meta["files"] + core["files"] + ["pointwise/"]
     # The pointwise table's cases (dtypes, NaN/Inf, integer semantics): their own files and stream.
-    meta["cases"]["pointwise"] = pointwise_refs.export(out / "pointwise", args.seed + 2)
+    meta["pointwise"] = pointwise_refs.export(out / "pointwise", args.seed + 2)
     common.write_json(meta, out / "meta.json")
     return meta

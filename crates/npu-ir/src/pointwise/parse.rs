@@ -18,7 +18,8 @@ pub(crate) fn parse(
     overload: &str,
     n_inputs: usize,
 ) -> Result<Option<Op>, IrError> {
-    let scalar = |key: &str| -> Result<Option<f64>, IrError> { Ok(a.scalar(key)?.map(Scalar::as_f64)) };
+    let scalar =
+        |key: &str| -> Result<Option<f64>, IrError> { Ok(a.scalar(key)?.map(Scalar::as_f64)) };
     let params = |key: &'static str, default: f64| scalar(key).map(|v| v.unwrap_or(default));
     let count = |want: usize| -> Result<(), IrError> {
         if n_inputs == want {
@@ -30,11 +31,22 @@ pub(crate) fn parse(
             ))
         }
     };
+    // ATen's pow with a scalar exponent computes 0.5 and -0.5 as sqrt and rsqrt, so
+    // pow(-inf, 0.5) is NaN there (IEEE pow gives inf).
+    let exponent = if (name, overload, n_inputs) == ("pow", "Tensor_Scalar", 1) {
+        scalar("exponent")?
+    } else {
+        None
+    };
     let op = match (name, overload) {
+        ("pow", "Tensor_Scalar") if exponent == Some(0.5) => Op::Unary(UnaryOp::Sqrt),
+        ("pow", "Tensor_Scalar") if exponent == Some(-0.5) => Op::Unary(UnaryOp::Rsqrt),
         ("gelu", _) => match a.string("approximate")?.as_deref() {
             None | Some("none") => Op::Unary(UnaryOp::Gelu),
             Some("tanh") => Op::Unary(UnaryOp::GeluTanh),
-            Some(o) => return Err(a.err("approximate", format!("unknown gelu approximation '{o}'"))),
+            Some(o) => {
+                return Err(a.err("approximate", format!("unknown gelu approximation '{o}'")))
+            }
         },
         ("celu", _) => {
             let alpha = params("alpha", 1.0)?;
@@ -94,7 +106,9 @@ pub(crate) fn parse(
                 None => BinaryOp::Div,
                 Some("trunc") => BinaryOp::DivTrunc,
                 Some("floor") => BinaryOp::DivFloor,
-                Some(m) => return Err(a.err("rounding_mode", format!("unknown rounding mode '{m}'"))),
+                Some(m) => {
+                    return Err(a.err("rounding_mode", format!("unknown rounding mode '{m}'")))
+                }
             };
             binary(a, op, n_inputs)?
         }
@@ -158,10 +172,19 @@ fn binary(a: &Attrs, op: BinaryOp, n_inputs: usize) -> Result<Op, IrError> {
             scalar_lhs: true,
         });
     }
-    let key = if a.has("exponent") { "exponent" } else { "other" };
+    let key = if a.has("exponent") {
+        "exponent"
+    } else {
+        "other"
+    };
     let scalar = a
         .scalar(key)?
-        .ok_or_else(|| a.err(key, "binary op with one tensor input needs a scalar operand"))?
+        .ok_or_else(|| {
+            a.err(
+                key,
+                "binary op with one tensor input needs a scalar operand",
+            )
+        })?
         .as_f64();
     Ok(Op::BinaryScalar {
         op,

@@ -171,7 +171,11 @@ pub fn int_div_floor(a: i64, b: i64) -> Option<i64> {
         return None;
     }
     let q = a.wrapping_div(b);
-    Some(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    Some(if (a % b != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    })
 }
 
 /// Python's `%` on integers; `None` for a zero divisor.
@@ -180,7 +184,11 @@ pub fn int_remainder(a: i64, b: i64) -> Option<i64> {
         return None;
     }
     let m = a.wrapping_rem(b);
-    Some(if m != 0 && ((m < 0) != (b < 0)) { m + b } else { m })
+    Some(if m != 0 && ((m < 0) != (b < 0)) {
+        m + b
+    } else {
+        m
+    })
 }
 
 #[cfg(test)]
@@ -189,7 +197,17 @@ mod tests {
 
     #[test]
     fn erfinv_inverts_erf() {
-        for &x in &[-0.999_999, -0.9, -0.5, -1e-8, 0.0, 0.3, 0.7, 0.99, 0.999_999_9] {
+        for &x in &[
+            -0.999_999,
+            -0.9,
+            -0.5,
+            -1e-8,
+            0.0,
+            0.3,
+            0.7,
+            0.99,
+            0.999_999_9,
+        ] {
             let r: f64 = erfinv(x);
             assert!((libm::erf(r) - x).abs() < 1e-15, "erfinv({x}) = {r}");
         }

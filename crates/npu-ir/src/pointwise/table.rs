@@ -7,8 +7,6 @@ use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_PI};
 
 const INF: f64 = f64::INFINITY;
 
-
-
 pointwise_ops! {
     /// One-operand pointwise ops.
     UnaryOp[1] {
@@ -80,19 +78,19 @@ pointwise_ops! {
             cuda "[&]{ float z = {x} != {x} ? {x} : fminf(fmaxf({x}, {eps}), 1.0f - {eps}); return logf(z / (1.0f - z)); }()";
         Square "square" ["square"] Keep |x| x * x; int |x| Ok(x.wrapping_mul(x)); cuda "{x} * {x}";
         IsNan "isnan" ["isnan"] Bool |x| if x.is_nan() { k(1.0) } else { k(0.0) };
-            int |x| Ok(0 * x);
+            int |x| { let _ = x; Ok(0) };
             cuda "({x} != {x} ? 1.0f : 0.0f)";
         IsInf "isinf" ["isinf"] Bool |x| if x.is_infinite() { k(1.0) } else { k(0.0) };
-            int |x| Ok(0 * x);
+            int |x| { let _ = x; Ok(0) };
             cuda "(fabsf({x}) == NPU_INF ? 1.0f : 0.0f)";
         IsFinite "isfinite" ["isfinite"] Bool |x| if x.is_finite() { k(1.0) } else { k(0.0) };
-            int |x| Ok(1 + 0 * x);
+            int |x| { let _ = x; Ok(1) };
             cuda "(fabsf({x}) < NPU_INF ? 1.0f : 0.0f)";
         IsPosInf "isposinf" ["isposinf"] Bool |x| if x == F::infinity() { k(1.0) } else { k(0.0) };
-            int |x| Ok(0 * x);
+            int |x| { let _ = x; Ok(0) };
             cuda "({x} == NPU_INF ? 1.0f : 0.0f)";
         IsNegInf "isneginf" ["isneginf"] Bool |x| if x == F::neg_infinity() { k(1.0) } else { k(0.0) };
-            int |x| Ok(0 * x);
+            int |x| { let _ = x; Ok(0) };
             cuda "({x} == -NPU_INF ? 1.0f : 0.0f)";
         /// An infinite `posinf`/`neginf` means "the dtype's largest finite value" (ATen's
         /// default); [`UnaryOp::for_dtype`] resolves it before evaluation.

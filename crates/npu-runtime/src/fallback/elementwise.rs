@@ -237,7 +237,11 @@ pub fn masked_fill(a: &Args, value: Option<f64>) -> R<HostTensor> {
             Operand::Tensor(t)
         }
     };
-    let ops = [Operand::Tensor(a.input(1)?), value, Operand::Tensor(a.input(0)?)];
+    let ops = [
+        Operand::Tensor(a.input(1)?),
+        value,
+        Operand::Tensor(a.input(0)?),
+    ];
     run(a, Pw::T(TernaryOp::Where), &ops)
 }
 

@@ -3,7 +3,7 @@
 //! one fused NPU kernel (softplus with a small threshold is the one exception).
 
 use super::emit::{dim, Emitter, R};
-use npu_ir::{BinaryOp, CompareOp, Composite, DType, Op, TensorType, UnaryOp, ValueId};
+use npu_ir::{BinaryOp, Composite, DType, Op, TensorType, TernaryOp, UnaryOp, ValueId};
 
 /// `other - alpha * x` (`rsub.Tensor`/`.Scalar`).
 pub fn rsub(em: &mut Emitter) -> R<()> {
@@ -123,9 +123,10 @@ pub fn softplus(em: &mut Emitter) -> R<()> {
         let y = em.scale(x, beta);
         let shape = em.shape(y);
         let above = em.emit1(
-            Op::Compare {
-                op: CompareOp::Gt,
-                scalar: Some(threshold),
+            Op::BinaryScalar {
+                op: BinaryOp::Gt,
+                scalar: threshold,
+                scalar_lhs: false,
             },
             vec![y],
             TensorType {
@@ -135,9 +136,9 @@ pub fn softplus(em: &mut Emitter) -> R<()> {
         );
         let ty = em.ty(r).clone();
         r = em.emit1(
-            Op::Where {
-                self_scalar: None,
-                other_scalar: None,
+            Op::Ternary {
+                op: TernaryOp::Where,
+                scalars: [None; 3],
             },
             vec![above, x, r],
             ty,
@@ -175,28 +176,5 @@ pub fn elu(em: &mut Emitter) -> R<()> {
     let e = em.scale(e, alpha);
     let s = em.add(pos, e)?;
     let r = em.scale(s, scale);
-    em.bind(0, r)
-}
-
-/// `relu6(x + 3)`, the shared part of hardsigmoid and hardswish.
-fn relu6_shift(em: &mut Emitter, x: ValueId) -> ValueId {
-    let s = em.scalar(BinaryOp::Add, x, 3.0);
-    em.clamp(s, Some(0.0), Some(6.0))
-}
-
-/// `relu6(x + 3) / 6`.
-pub fn hardsigmoid(em: &mut Emitter) -> R<()> {
-    let x = em.input(0)?;
-    let c = relu6_shift(em, x);
-    let r = em.scalar(BinaryOp::Div, c, 6.0);
-    em.bind(0, r)
-}
-
-/// `x * relu6(x + 3) / 6`.
-pub fn hardswish(em: &mut Emitter) -> R<()> {
-    let x = em.input(0)?;
-    let c = relu6_shift(em, x);
-    let m = em.mul(x, c)?;
-    let r = em.scalar(BinaryOp::Div, m, 6.0);
     em.bind(0, r)
 }

@@ -68,8 +68,6 @@ pub fn rule(node: &Node, graph: &Graph) -> Option<Rule> {
             Composite::Repeat { .. } => shape_ops::repeat,
             Composite::ConstantPad { .. } => shape_ops::constant_pad,
         },
-        Op::Hardswish => elementwise::hardswish,
-        Op::Hardsigmoid => elementwise::hardsigmoid,
         Op::Baddbmm { .. } => linalg::baddbmm,
         Op::GroupNorm { .. } => norms::group_norm,
         // the layer_norm kernel normalizes one dim; more become one by a reshape

@@ -3,7 +3,7 @@
 //! once when bound to the output.
 
 use super::emit::{dim, reduce_dims, Emitter, R};
-use npu_ir::{BinaryOp, CompareOp, Composite, DType, MinMax, Moment, Op, TensorType, UnaryOp};
+use npu_ir::{BinaryOp, Composite, DType, MinMax, Moment, Op, TensorType, UnaryOp};
 
 /// `m + log(sum(exp(x - m)))` with `m = amax(x)` clamped to the finite range: an all `-inf`
 /// slice then gives `-inf` (not NaN), and a `+inf` entry gives `+inf`, as in ATen.
@@ -86,9 +86,10 @@ pub fn vector_norm(em: &mut Emitter) -> R<()> {
     } else if ord == 0.0 {
         let ty = em.ty(xf).clone();
         let nz = em.emit1(
-            Op::Compare {
-                op: CompareOp::Ne,
-                scalar: Some(0.0),
+            Op::BinaryScalar {
+                op: BinaryOp::Ne,
+                scalar: 0.0,
+                scalar_lhs: false,
             },
             vec![xf],
             TensorType {

@@ -1,7 +1,7 @@
 //! Shape composites that move or combine data: diff, repeat/tile, constant padding.
 
 use super::emit::{dim, Emitter, R};
-use npu_ir::{BinaryOp, Composite, DType, LogicOp, Op};
+use npu_ir::{BinaryOp, Composite, DType, Op};
 
 /// `diff(x, n, dim, prepend?, append?)`: `cat(prepend, x, append)` then `n` times
 /// `t[1:] - t[:-1]` along `dim` (`xor` for bools, as ATen).
@@ -37,7 +37,14 @@ pub fn diff(em: &mut Emitter) -> R<()> {
         let lo = em.slice(t, d, 0, len - 1);
         t = if em.dtype(t) == DType::Bool {
             let ty = em.ty(hi).clone();
-            em.emit1(Op::Logical { op: LogicOp::Xor }, vec![hi, lo], ty)
+            em.emit1(
+                Op::Binary {
+                    op: BinaryOp::LogicalXor,
+                    alpha: 1.0,
+                },
+                vec![hi, lo],
+                ty,
+            )
         } else {
             em.binary(BinaryOp::Sub, hi, lo)?
         };
