@@ -177,13 +177,15 @@ fn check_ir(
 }
 
 /// Why `target` cannot run an op whatever its operands (`None`: it can). `attrs_json` is the
-/// node's attrs as JSON text; `n_inputs`/`in_rank` describe its tensor inputs.
+/// node's attrs as JSON text; `n_inputs`/`in_rank` describe its tensor inputs. Without
+/// `n_inputs` (the reference's `is_op_supported(op_type, attrs)` knows no operands) the op is
+/// supported when it is with one, two or three tensor inputs; otherwise the first reason.
 #[pyfunction]
-#[pyo3(signature = (op_type, attrs_json = "{}", n_inputs = 2, in_rank = 4, target_name = "npu"))]
+#[pyo3(signature = (op_type, attrs_json = "{}", n_inputs = None, in_rank = 4, target_name = "npu"))]
 fn op_unsupported(
     op_type: &str,
     attrs_json: &str,
-    n_inputs: usize,
+    n_inputs: Option<usize>,
     in_rank: usize,
     target_name: &str,
 ) -> PyResult<Option<String>> {
@@ -191,10 +193,24 @@ fn op_unsupported(
         let t = target(target_name)?;
         let attrs: serde_json::Map<String, serde_json::Value> = serde_json::from_str(attrs_json)
             .map_err(|e| Fail::new("IRError", format!("attrs are not a JSON object: {e}")))?;
-        Ok(match npu_ir::parse_op(op_type, &attrs, n_inputs, in_rank) {
+        let why = |n: usize| match npu_ir::parse_op(op_type, &attrs, n, in_rank) {
             Ok(op) => t.ir_op_unsupported(&op),
             Err(e) => Some(crate::error::chain(&e)),
-        })
+        };
+        let counts = match n_inputs {
+            Some(n) => vec![n],
+            None => vec![1, 2, 3],
+        };
+        let mut first = None;
+        for n in counts {
+            match why(n) {
+                None => return Ok(None),
+                Some(r) => {
+                    first.get_or_insert(r);
+                }
+            }
+        }
+        Ok(first)
     })
 }
 
