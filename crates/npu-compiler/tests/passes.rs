@@ -80,6 +80,38 @@ fn canonicalize_drops_noops_and_resolves_getitem() {
     assert_eq!(m.graph.nodes[1].inputs[0], m.graph.nodes[0].outputs[1]);
 }
 
+/// A permutation that keeps the type is not a no-op: `x.permute(1, 0)` of a square x is its
+/// transpose (it was dropped, so the graph returned x). Moving only size-1 dims is a no-op.
+#[test]
+fn canonicalize_keeps_a_square_permute() {
+    let mut ir = Ir::new();
+    let x = ir.input("x", &[4, 4], "float32");
+    let p = ir.op(
+        "p",
+        "aten.permute.default",
+        &[&x],
+        &[4, 4],
+        "float32",
+        json!({"dims": [1, 0]}),
+    );
+    let y = ir.input("y", &[1, 4, 1], "float32");
+    let q = ir.op(
+        "q",
+        "aten.permute.default",
+        &[&y],
+        &[1, 4, 1],
+        "float32",
+        json!({"dims": [2, 1, 0]}),
+    );
+    ir.output(&p);
+    ir.output(&q);
+    let mut m = Module::new(ir.graph());
+    let stats = canonicalize::canonicalize(&mut m).unwrap();
+    assert_eq!(stats.removed_noops, 1);
+    let ops: Vec<String> = m.graph.nodes.iter().map(|n| n.op.name()).collect();
+    assert_eq!(ops, vec!["permute"]);
+}
+
 #[test]
 fn inplace_ops_become_functional() {
     let mut ir = Ir::new();

@@ -35,11 +35,10 @@ pub fn canonicalize(m: &mut Module) -> Result<CanonStats, CompileError> {
             }
             IrOp::Identity => true,
             IrOp::Dropout { p, train } => !*train || *p == 0.0,
-            IrOp::Cast
-            | IrOp::Reshape
-            | IrOp::Expand { .. }
-            | IrOp::Slice { .. }
-            | IrOp::Permute { .. } => same,
+            IrOp::Cast | IrOp::Reshape | IrOp::Expand { .. } | IrOp::Slice { .. } => same,
+            // A square transpose keeps the type: only a permutation that keeps the order of
+            // the dims larger than 1 is the identity.
+            IrOp::Permute { dims } => same && keeps_order(dims, in_ty.as_ref()),
             IrOp::Transpose { dim0, dim1 } => {
                 let rank = in_ty.as_ref().map_or(0, |t| t.rank());
                 same && norm_dim(*dim0, rank) == norm_dim(*dim1, rank)
@@ -134,4 +133,25 @@ fn functionalize(m: &mut Module, stats: &mut CanonStats) -> Result<(), CompileEr
         stats.functionalized += 1;
     }
     Ok(())
+}
+
+/// Whether permuting by `dims` leaves the elements in place: the dims of size > 1 stay in
+/// their order (size-1 dims may move anywhere).
+fn keeps_order(dims: &[i64], ty: Option<&npu_ir::TensorType>) -> bool {
+    let Some(ty) = ty else { return false };
+    let rank = ty.rank();
+    let mut last = None;
+    for &d in dims {
+        let Some(d) = norm_dim(d, rank) else {
+            return false;
+        };
+        if ty.shape.get(d).copied().unwrap_or(0) == 1 {
+            continue;
+        }
+        if last.is_some_and(|l| d < l) {
+            return false;
+        }
+        last = Some(d);
+    }
+    true
 }
