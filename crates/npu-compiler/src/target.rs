@@ -175,6 +175,13 @@ pub fn operand_reason<O>(op: &IrOp, node: &Node<O>, graph: &Graph<O>) -> Option<
         }
     }
     match op {
+        // The NPU kernel divides by a positive count; PyTorch allows any non-zero divisor.
+        IrOp::AvgPool2d {
+            divisor_override: Some(d),
+            ..
+        } if *d <= 0 => {
+            return Some(format!("avg_pool2d with divisor_override {d}"));
+        }
         IrOp::Sdpa { .. } => {
             let (q, k, v) = (shape(0), shape(1), shape(2));
             if q.len() != 4 || k.len() != 4 || v.len() != 4 {

@@ -458,6 +458,12 @@ impl Op {
             },
             ("zeros", "default") => Op::Full { value: 0.0 },
             ("ones", "default") => Op::Full { value: 1.0 },
+            ("scaled_dot_product_attention", "default") if a.f64_or("dropout_p", 0.0)? != 0.0 => {
+                return Err(a.err(
+                    "dropout_p",
+                    "attention dropout is random (a training-mode export): export in eval mode",
+                ));
+            }
             ("scaled_dot_product_attention", "default") => Op::Sdpa {
                 is_causal: a.bool_or("is_causal", false)?,
                 scale: a.scalar("scale")?.map(Scalar::as_f64),
