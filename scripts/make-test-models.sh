@@ -28,3 +28,8 @@ export_model resnet18     resnet18 --batch 1 --seed 0
 export_model resnet18-b4  resnet18 --batch 4 --seed 0
 export_model resnet50     resnet50 --batch 1 --seed 0
 export_model resnet50-b4  resnet50 --batch 4 --seed 0
+# Architectures the project had never seen (issue 9): ViT (nn.MultiheadAttention), a Whisper-style
+# encoder (conv1d stem), a UNet (conv_transpose2d, bilinear upsampling), MobileNetV3 (hardswish, SE).
+for m in vit-tiny whisper-encoder-tiny unet-tiny mobilenet-v3-small; do
+    export_model "$m" "$m" --seed 0
+done

@@ -113,6 +113,12 @@ pytest_step "python package: tests" python/tests
 
 cargo_test_step "rust: tests" --workspace
 
+# PyTorch's OpInfo samples as one-op graphs through `npu run` (exports cached under target/opinfo):
+# fails when an op that benchmarks/results/op-coverage.json lists as passing fails, or a new op
+# gives wrong numbers or panics.
+check "op coverage (OpInfo) against benchmarks/results/op-coverage.json" \
+    bash -c 'cd tools/export && ../../.venv/bin/python -m npu_export.opinfo run --ci --npu ../../target/debug/npu'
+
 # Fuzzing: each target for FUZZ_SECONDS (default 60) from its committed seed corpus, after
 # replaying the regression cases of earlier crashes. A crash fails the step.
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"

@@ -210,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.skip_kernels:
         jobs.append(("kernels", lambda: kernel_rows(a.bin, a.work, log)))
     # ResNets, then depthwise/grouped CNNs (direct grouped-convolution kernel).
-    for m in ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0_w0.75", "convnext_small_config"):
+    # and the architectures of npu_export/zoo.py (ViT, Whisper-style encoder, UNet, MobileNetV3).
+    cnns = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0_w0.75", "convnext_small_config")
+    for m in (*cnns, "vit-tiny", "whisper-encoder-tiny", "unet-tiny", "mobilenet-v3-small"):
         jobs.append((m, lambda m=m: resnet_rows(a.bin, npu, a.work, m, log)))
     for dt in ("f32", "bf16"):
         jobs.append(

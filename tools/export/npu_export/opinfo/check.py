@@ -110,7 +110,10 @@ def run_case(
     except subprocess.TimeoutExpired:
         return Outcome("timeout", f"npu run took longer than {timeout_s} s")
     if p.returncode != 0:
-        return classify_failure(p.returncode, p.stdout, p.stderr)
+        o = classify_failure(p.returncode, p.stdout, p.stderr)
+        # the cache's absolute path says nothing and differs between machines
+        o.reason = o.reason.replace(f"{case_dir}/", "")
+        return o
     try:
         tensors = load_file(io)
         expected = {k.removeprefix("expected."): v for k, v in tensors.items() if k.startswith("expected.")}
