@@ -6,7 +6,13 @@ use npu_ir::{Composite, Op, Padding1d, TensorType, ValueId};
 use std::collections::HashMap;
 
 /// `beta * x + alpha * m`; `x` is ignored when beta is 0 (ATen does not propagate its NaNs).
+/// On integer tensors ATen takes the integer part of beta and alpha (0.6 scales by 0).
 fn beta_alpha(em: &mut Emitter, x: ValueId, m: ValueId, beta: f64, alpha: f64) -> R<ValueId> {
+    let (beta, alpha) = if em.dtype(m).is_float() {
+        (beta, alpha)
+    } else {
+        (beta.trunc(), alpha.trunc())
+    };
     let m = em.scale(m, alpha);
     if beta == 0.0 {
         return Ok(m);
