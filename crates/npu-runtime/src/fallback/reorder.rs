@@ -139,10 +139,12 @@ pub fn pad(a: &Args, mode: PadMode, pad: &[i64], value: f64) -> R<HostTensor> {
     let rank = xs.len();
     // before[d] for every dim (0 for unpadded ones)
     let mut before = vec![0i64; rank];
+    let mut after = vec![0i64; rank];
     let mut shape = xs.to_vec();
     for (p, pair) in pad.chunks(2).enumerate() {
         let d = rank - 1 - p;
         before[d] = pair[0];
+        after[d] = pair[1];
         let len = xs[d] as i64 + pair[0] + pair[1];
         if len < 0 {
             return Err(format!("pad {pad:?} makes dim {d} of {xs:?} negative"));
@@ -155,6 +157,12 @@ pub fn pad(a: &Args, mode: PadMode, pad: &[i64], value: f64) -> R<HostTensor> {
         }
         if mode != PadMode::Constant && xs[d] == 0 {
             return Err(format!("{mode:?} pad of an empty dim {d}"));
+        }
+        if mode == PadMode::Circular && xs[d] as i64 + pair[0].min(0) + pair[1].min(0) <= 0 {
+            return Err(format!(
+                "circular pad {pair:?} crops all of dim {d} ({})",
+                xs[d]
+            ));
         }
         shape[d] = len as usize;
     }
@@ -178,7 +186,11 @@ pub fn pad(a: &Args, mode: PadMode, pad: &[i64], value: f64) -> R<HostTensor> {
                     }
                 }
                 PadMode::Replicate => i.clamp(0, n - 1),
-                PadMode::Circular => i.rem_euclid(n),
+                // ATen crops first (negative pads), then wraps around what is left.
+                PadMode::Circular => {
+                    let (lo, hi) = ((-before[d]).max(0), (-after[d]).max(0));
+                    lo + (o[d] as i64 - before[d].max(0)).rem_euclid(n - lo - hi)
+                }
             };
             off += j as usize * st[d];
         }
