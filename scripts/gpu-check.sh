@@ -55,12 +55,16 @@ if [ "$sanitize" = 1 ]; then
                     --decode "$tiny/decode-f32.npubin" --weights "$tiny/weights.safetensors"
                     --io "$tiny/io.safetensors" --steps 2 --out /tmp/npu-sanitize.safetensors)
             fi
-            t0=$(date +%s)
-            if timeout 300 "$cs" --tool "$tool" --error-exitcode 97 --print-limit 20 "${cmd[@]}" \
-                >"$out/sanitize-$tool-$what.log" 2>&1; then
-                verdict=ok
-            else
-                verdict="FAIL (exit $?)"; rc=1
+            t0=$(date +%s) saved_rc=$rc
+            code=0
+            timeout 300 "$cs" --tool "$tool" --error-exitcode 97 --print-limit 20 "${cmd[@]}" \
+                >"$out/sanitize-$tool-$what.log" 2>&1 || code=$?
+            if [ "$code" = 0 ]; then verdict=ok; else verdict="FAIL (exit $code)"; rc=1; fi
+            # racecheck flags cuBLASLt's own warp-specialized kernels (nvjet/cutlass: TMA and
+            # mbarrier synchronization it does not model); only hazards in our kernels count.
+            if [ "$tool" = racecheck ] && [ "$code" = 97 ]; then
+                ours=$(grep -E "Race reported" "$out/sanitize-$tool-$what.log" | grep -Evc "nvjet|cutlass|cublas" || true)
+                if [ "$ours" -eq 0 ]; then verdict="ok (hazards only inside cuBLASLt kernels)"; rc=$saved_rc; fi
             fi
             summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize-$tool-$what.log" | tail -1)
             echo "compute-sanitizer $tool over $what: $verdict, ${summary:-no summary} ($(( $(date +%s) - t0 )) s)" \
