@@ -179,9 +179,7 @@ pub fn operand_reason<O>(op: &IrOp, node: &Node<O>, graph: &Graph<O>) -> Option<
         IrOp::AvgPool2d {
             divisor_override: Some(d),
             ..
-        } if *d <= 0 => {
-            return Some(format!("avg_pool2d with divisor_override {d}"));
-        }
+        } if *d <= 0 => Some(format!("avg_pool2d with divisor_override {d}")),
         IrOp::Sdpa { .. } => {
             let (q, k, v) = (shape(0), shape(1), shape(2));
             if q.len() != 4 || k.len() != 4 || v.len() != 4 {

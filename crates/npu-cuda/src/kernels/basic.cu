@@ -94,7 +94,8 @@ extern "C" __global__ void k_softmax(TD x, TD mask, int has_mask, float scale, T
   sum = block_sum(sum);
   float inv = 1.0f / sum;
   for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
-    float p = 0.0f;
+    // A fully masked row (every entry -inf) is NaN, as ATen's softmax (attention keeps zeros).
+    float p = __int_as_float(0x7fc00000);
     if (m != -NPU_INF) {
       float v = ld(x, xo + i * x.st[r - 1]) * scale;
       if (has_mask) v += ld(mask, mo + i * mask.st[r - 1]);

@@ -120,7 +120,7 @@ pub fn attention(
                     let kr = &k32[(base + ti as usize) * d..][..d];
                     *p = dot_f32(qv, kr) * scale + mv;
                 }
-                softmax_row(probs);
+                softmax_row(probs, 0.0);
                 acc.fill(0.0);
                 for (&p, &(ti, _)) in probs.iter().zip(slots) {
                     let vr = &v32[(base + ti as usize) * d..][..d];

@@ -4,11 +4,12 @@ use super::view::{offset_in, with_scratch, View};
 use rayon::prelude::*;
 
 /// In-place softmax of a row already scaled and masked. A row whose every entry is -inf
-/// (fully masked) becomes zeros instead of NaN.
-pub fn softmax_row(row: &mut [f32]) {
+/// (fully masked) becomes `all_masked`: NaN for `softmax`, as ATen's (exp(-inf - -inf)),
+/// zeros for attention, as ATen's scaled_dot_product_attention (its "safe softmax").
+pub fn softmax_row(row: &mut [f32], all_masked: f32) {
     let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if m == f32::NEG_INFINITY {
-        row.fill(0.0);
+        row.fill(all_masked);
         return;
     }
     let mut sum = 0.0f32;
@@ -56,7 +57,7 @@ pub fn softmax(scale: f32, x: &View, mask: Option<&View>, out: &View) -> Result<
                     *e += a;
                 }
             }
-            softmax_row(v);
+            softmax_row(v, f32::NAN);
             out.scatter(
                 offset_in(lead, &out.strides[..r - 1], row),
                 out.strides[r - 1],
