@@ -105,6 +105,9 @@ def run_case(
     out = scratch / f"{case_id}.out.safetensors"
     cmd = [str(npu), "run", str(case_dir / f"{case_id}.ir.json"), "--dtype", "f32"]
     cmd += ["--inputs", str(io), "--outputs", str(out)]
+    weights = case_dir / f"{case_id}.weights.safetensors"
+    if weights.exists():
+        cmd += ["--weights", str(weights)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_ENV)
     except subprocess.TimeoutExpired:

@@ -2,7 +2,8 @@
 
 A case is one sample of one OpInfo in one dtype. Its tensor arguments (anywhere in the sample's args and
 kwargs, lists included) become graph inputs; everything else is baked into the module. Each exported case
-writes ``<id>.ir.json`` and ``<id>.io.safetensors`` (``input.<graph input>``, ``expected.<graph output>``).
+writes ``<id>.ir.json`` and ``<id>.io.safetensors`` (``input.<graph input>``, ``expected.<graph output>``),
+plus ``<id>.weights.safetensors`` when the IR lifts constant tensors into weights.
 Samples with a zero-element tensor are skipped: the compiler refuses zero-size tensors by design.
 """
 
@@ -176,6 +177,9 @@ def export_case(module: OneOp, inputs: tuple[torch.Tensor, ...], out_dir: Path, 
         io = {f"input.{m.name}": x for m, x in zip(ir.graph_inputs, inputs, strict=True)}
         io |= {f"expected.{m.name}": y for m, y in zip(ir.graph_outputs, expected, strict=True)}
         common.save_tensors(io, out_dir / f"{case.id}.io.safetensors")
+        if ir.weights:  # the lifted constants (a mask, a window), keyed by the IR's weight names
+            consts = {w.name: ir.constants[w.name] for w in ir.weights}
+            common.save_tensors(consts, out_dir / f"{case.id}.weights.safetensors")
     except ZeroElementOutput:
         raise
     except Exception as e:  # noqa: BLE001 - any failure of eager or torch_ir is this case's export error
