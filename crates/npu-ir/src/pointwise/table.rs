@@ -3,7 +3,7 @@
 //! expression (`{operand}` and `{param}` are substituted).
 
 use super::pointwise_ops;
-use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_PI};
+use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_PI, PI};
 
 const INF: f64 = f64::INFINITY;
 
@@ -114,6 +114,25 @@ pointwise_ops! {
         LeakyRelu { negative_slope = 0.01 } "leaky_relu" ["leaky_relu"] Float
             |x| if x > k(0.0) { x } else { x * negative_slope };
             cuda "({x} > 0.0f ? {x} : {x} * {negative_slope})";
+        Deg2rad "deg2rad" ["deg2rad"] Float |x| x * k(PI / 180.0); cuda "{x} * 0.017453292519943295f";
+        Rad2deg "rad2deg" ["rad2deg"] Float |x| x * k(180.0 / PI); cuda "{x} * 57.29577951308232f";
+        Positive "positive" ["positive"] Keep |x| x; int |x| Ok(x); cuda "{x}";
+        /// `-softplus(-x)`, as `min(x, 0) - log1p(exp(-|x|))` (no overflow).
+        LogSigmoid "log_sigmoid" ["log_sigmoid"] Float |x| x.min(k(0.0)) - (-x.abs()).exp().ln_1p();
+            cuda "(fminf({x}, 0.0f) - log1pf(expf(-fabsf({x}))))";
+        /// NaN stays NaN (its comparisons are false).
+        Hardshrink { lambd = 0.5 } "hardshrink" ["hardshrink"] Keep
+            |x| if x >= -lambd && x <= lambd { k(0.0) } else { x };
+            cuda "({x} >= -{lambd} && {x} <= {lambd} ? 0.0f : {x})";
+        Softshrink { lambd = 0.5 } "softshrink" ["softshrink"] Keep
+            |x| if x > lambd { x - lambd } else if x < -lambd { x + lambd } else { x * k(0.0) };
+            cuda "({x} > {lambd} ? {x} - {lambd} : ({x} < -{lambd} ? {x} + {lambd} : {x} * 0.0f))";
+        Threshold { threshold = 0.0, value = 0.0 } "threshold" ["threshold"] Keep
+            |x| if x <= threshold { value } else { x };
+            cuda "({x} <= {threshold} ? {value} : {x})";
+        /// `sin(pi x) / (pi x)`, 1 at 0.
+        Sinc "sinc" ["sinc"] Float |x| if x == k(0.0) { k(1.0) } else { let p = x * k(PI); p.sin() / p };
+            cuda "({x} == 0.0f ? 1.0f : sinf({x} * 3.14159265358979f) / ({x} * 3.14159265358979f))";
         /// NaN is true (non-zero).
         LogicalNot "logical_not" ["logical_not"] Bool |x| if x == k(0.0) { k(1.0) } else { k(0.0) };
             int |x| Ok(i64::from(x == 0));
@@ -166,6 +185,15 @@ pointwise_ops! {
         Xlogy "xlogy" ["xlogy"] Float
             |x, y| if y.is_nan() { y } else if x == k(0.0) { k(0.0) } else { x * y.ln() };
             cuda "({y} != {y} ? {y} : ({x} == 0.0f ? 0.0f : {x} * logf({y})))";
+        /// `y` where x is 0, else whether x > 0 (NaN gives 0).
+        Heaviside "heaviside" ["heaviside"] Keep
+            |x, y| if x == k(0.0) { y } else if x > k(0.0) { k(1.0) } else { k(0.0) };
+            int |x, y| Ok(if x == 0 { y } else { i64::from(x > 0) });
+            cuda "({x} == 0.0f ? {y} : ({x} > 0.0f ? 1.0f : 0.0f))";
+        /// `log(exp(x) + exp(y))` without overflow; equal infinities give themselves.
+        Logaddexp "logaddexp" ["logaddexp"] Float
+            |x, y| if x.is_infinite() && x == y { x } else { x.max(y) + (-(x - y).abs()).exp().ln_1p() };
+            cuda "(fabsf({x}) == NPU_INF && {x} == {y} ? {x} : fmaxf({x}, {y}) + log1pf(expf(-fabsf({x} - {y}))))";
         Eq "eq" ["eq"] Bool |x, y| if x == y { k(1.0) } else { k(0.0) };
             int |x, y| Ok(i64::from(x == y)); cuda "({x} == {y} ? 1.0f : 0.0f)";
         /// True when either is NaN.
