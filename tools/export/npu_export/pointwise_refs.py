@@ -251,6 +251,20 @@ def _float_cases() -> dict[str, tuple[str, Fn]]:
             ),
         ),
         "compare": ("ab", lambda a, b: (a == b, a != b, a < b, a <= b, a > b, a >= b)),
+        "more": (
+            "x",
+            lambda x: (
+                torch.deg2rad(x),
+                torch.rad2deg(x),
+                torch.positive(x),
+                F.logsigmoid(x),
+                F.hardshrink(x, 0.75),
+                F.softshrink(x, 0.75),
+                F.threshold(x, 0.25, -3.0),
+                torch.sinc(x),
+            ),
+        ),
+        "more2": ("ab", lambda a, b: (torch.heaviside(a, b), torch.logaddexp(a, b))),
         "logical": (
             "ab",
             lambda a, b: (torch.logical_and(a, b), torch.logical_or(a, b), torch.logical_xor(a, b)),
