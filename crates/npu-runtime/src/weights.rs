@@ -220,8 +220,18 @@ fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Resu
             .ok_or_else(|| err(format!("source index {i} out of range")))?;
         source(src, decl)
     };
-    let opt =
-        |i: Option<u32>| -> Result<Option<Vec<f64>>> { i.map(|i| get(i).map(f64s)).transpose() };
+    // A per-channel source of `n` values (a program's recipe names them; a corrupt one may
+    // name a source of another length, which must be an error, not an index panic).
+    let channels = |i: u32, n: usize, what: &str| -> Result<Vec<f64>> {
+        let v = f64s(get(i)?);
+        if v.len() != n {
+            return Err(err(format!("{what} has {} values, expected {n}", v.len())));
+        }
+        Ok(v)
+    };
+    let opt = |i: Option<u32>, n: usize, what: &str| -> Result<Option<Vec<f64>>> {
+        i.map(|i| channels(i, n, what)).transpose()
+    };
     // Load: convert directly (no f64 round trip, no whole-model temporaries).
     if let Recipe::Load { source: s } = w.recipe {
         let t = get(s)?;
@@ -234,12 +244,6 @@ fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Resu
         let vals = f64s(t);
         return pad_into(w, &vals, t.shape).map_err(err);
     }
-    let per_channel = |v: &[f64], n: usize, what: &str| -> Result<()> {
-        if v.len() != n {
-            return Err(err(format!("{what} has {} values, expected {n}", v.len())));
-        }
-        Ok(())
-    };
     let (vals, shape): (Vec<f64>, Vec<usize>) = match w.recipe {
         Recipe::Load { .. } => unreachable!("handled above"),
         Recipe::BnFoldWeight {
@@ -252,9 +256,8 @@ fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Resu
             let shape = wt.shape.to_vec();
             let mut v = f64s(wt);
             let o = shape.first().copied().unwrap_or(1).max(1);
-            let var = f64s(get(var)?);
-            per_channel(&var, o, "running_var")?;
-            let gamma = opt(gamma)?;
+            let var = channels(var, o, "running_var")?;
+            let gamma = opt(gamma, o, "weight")?;
             let per = v.len() / o;
             for c in 0..o {
                 let g = gamma.as_ref().map_or(1.0, |g| g[c]);
@@ -274,10 +277,13 @@ fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Resu
             eps,
         } => {
             let mean = f64s(get(mean)?);
-            let var = f64s(get(var)?);
             let c = mean.len();
-            per_channel(&var, c, "running_var")?;
-            let (bias, gamma, beta) = (opt(bias)?, opt(gamma)?, opt(beta)?);
+            let var = channels(var, c, "running_var")?;
+            let (bias, gamma, beta) = (
+                opt(bias, c, "conv bias")?,
+                opt(gamma, c, "weight")?,
+                opt(beta, c, "bias")?,
+            );
             let v = (0..c)
                 .map(|i| {
                     let b = bias.as_ref().map_or(0.0, |b| b[i]);
@@ -290,7 +296,7 @@ fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Resu
         }
         Recipe::BnScale { gamma, var, eps } => {
             let var = f64s(get(var)?);
-            let gamma = opt(gamma)?;
+            let gamma = opt(gamma, var.len(), "weight")?;
             let v = (0..var.len())
                 .map(|i| gamma.as_ref().map_or(1.0, |g| g[i]) / (var[i] + eps).sqrt())
                 .collect();
@@ -303,9 +309,10 @@ fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Resu
             var,
             eps,
         } => {
-            let mean = f64s(get(mean)?);
             let var = f64s(get(var)?);
-            let (gamma, beta) = (opt(gamma)?, opt(beta)?);
+            let c = var.len();
+            let mean = channels(mean, c, "running_mean")?;
+            let (gamma, beta) = (opt(gamma, c, "weight")?, opt(beta, c, "bias")?);
             let v = (0..var.len())
                 .map(|i| {
                     let g = gamma.as_ref().map_or(1.0, |g| g[i]);

@@ -20,11 +20,25 @@ from npu_export import cli  # noqa: E402
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 
 
-def assert_reproduced(key: str, fresh: torch.Tensor, committed: torch.Tensor, ulps: int) -> None:
+def assert_reproduced(
+    key: str,
+    fresh: torch.Tensor,
+    committed: torch.Tensor,
+    ulps: int,
+    infinite_input: torch.Tensor | None = None,
+) -> None:
     """Inputs and integer/bool results are seeded and must match bit for bit. Float results of
     reductions (matmul, conv) depend on the CPU's kernel (AVX-512 vs AVX2, AMX): the fixtures were
-    written on one machine type and CI runs on others, so those match to float rounding only."""
+    written on one machine type and CI runs on others, so those match to float rounding only.
+
+    ``infinite_input`` (pointwise cases: where the input is +-inf) marks the one other place
+    PyTorch's kernels disagree between machines: torch 2.11's AVX-512 vectorized gelu gives NaN
+    at +inf (its scalar path and the AVX2 kernels give +inf; seen on an Intel Xeon against the
+    AMD EPYC fixtures). There the committed value stands (npu computes +inf)."""
     assert fresh.dtype == committed.dtype and fresh.shape == committed.shape, key
+    if infinite_input is not None and infinite_input.shape == fresh.shape:
+        disagree = infinite_input & fresh.isnan() & committed.isinf()
+        fresh = torch.where(disagree, committed, fresh)
     if fresh.numel() == 0:  # the saved statistics of an eval native_batch_norm
         return
     if ".input." in key or key.startswith("input.") or not fresh.is_floating_point():
@@ -103,7 +117,10 @@ def test_pointwise_refs_are_reproduced(refs_dir: Path) -> None:
     committed = load_file(FIXTURES / "fallback" / "pointwise" / "refs.safetensors")
     assert set(fresh) == set(committed)
     for k, v in fresh.items():
-        assert_reproduced(k, v, committed[k], ulps=2)
+        case = k.split(".")[0]
+        inputs = [t for n, t in committed.items() if n.startswith(f"{case}.input.") and t.is_floating_point()]
+        infinite = inputs[0].isinf() if len(inputs) == 1 else None
+        assert_reproduced(k, v, committed[k], ulps=2, infinite_input=infinite)
 
 
 @pytest.mark.parametrize("refs_name", [r for _, r in SUITES])
