@@ -19,6 +19,7 @@ from typing import Any
 
 from ._errors import CompileError
 from ._ir import to_dict
+from ._torch_ir_compat import record_absent_tensors
 
 
 @contextlib.contextmanager
@@ -67,6 +68,7 @@ def export_ir(
             raise CompileError(f"example input {i} is a {type(x).__name__}; npu.compile takes tensors only")
     cpu_inputs = tuple(x.detach().cpu() for x in example_inputs)
     name = model_name or type(module).__name__
+    record_absent_tensors()
     with eval_mode(module), torch.no_grad(), plain_attention():
         try:
             ir = torch_ir.extract_ir(module, cpu_inputs, model_name=name, strict=False)

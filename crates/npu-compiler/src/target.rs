@@ -247,6 +247,9 @@ pub fn operand_reason<O>(op: &IrOp, node: &Node<O>, graph: &Graph<O>) -> Option<
         IrOp::IndexCopy { .. } if ty(1).is_some_and(|t| t.dtype.is_float()) => {
             Some("index_copy with float indices".into())
         }
+        IrOp::IndexCopy { .. } if shape(0).is_empty() => {
+            Some("index_copy into a 0-d tensor".into())
+        }
         _ => None,
     }
 }

@@ -46,6 +46,10 @@ pub(crate) fn json_scalar(v: &Json) -> Option<Scalar> {
     }
 }
 
+/// The attr npu's exporters add to a node: the names of its optional tensor arguments that
+/// were `None` (torch_ir drops them without a trace; see [`Attrs::optional_tensors`]).
+pub const ABSENT_TENSORS: &str = "_absent_tensors";
+
 pub(crate) struct Attrs<'a> {
     pub node: &'a str,
     pub op_type: &'a str,
@@ -149,6 +153,40 @@ impl<'a> Attrs<'a> {
             // ScalarType enum values as recorded by older exporters.
             Some(v) => Err(self.err(key, format!("expected a dtype string, got {v}"))),
         }
+    }
+
+    /// Which of the optional tensor arguments `slots` (schema order) are present, given that
+    /// `n` of them are. torch_ir records only present tensors, so one of two optional
+    /// tensors does not say which it is; npu's exporters add [`ABSENT_TENSORS`] (the names
+    /// of the absent ones), and the graph parser infers it from weight names
+    /// (`..bias`/`..weight`) where it can. `None` when neither decides.
+    pub fn optional_tensors(&self, slots: &[&str], n: usize) -> Result<Option<Vec<bool>>, IrError> {
+        if let Some(v) = self.get(ABSENT_TENSORS) {
+            let absent: Vec<&str> = match v {
+                Json::Array(items) => items
+                    .iter()
+                    .map(|x| x.as_str())
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| self.err(ABSENT_TENSORS, "expected a list of names"))?,
+                _ => return Err(self.err(ABSENT_TENSORS, "expected a list of names")),
+            };
+            let mask: Vec<bool> = slots.iter().map(|s| !absent.contains(s)).collect();
+            let have = mask.iter().filter(|p| **p).count();
+            if have != n {
+                return Err(self.err(
+                    ABSENT_TENSORS,
+                    format!("{have} of the optional tensors {slots:?} are present, {n} given"),
+                ));
+            }
+            return Ok(Some(mask));
+        }
+        if n > slots.len() {
+            return Err(self.err(
+                "inputs",
+                format!("{n} optional tensors given, the schema has {}", slots.len()),
+            ));
+        }
+        Ok((n == 0 || n == slots.len()).then(|| vec![n > 0; slots.len()]))
     }
 
     pub fn string(&self, key: &str) -> Result<Option<String>, IrError> {

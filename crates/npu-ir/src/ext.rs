@@ -257,10 +257,11 @@ pub enum ExtOp {
         dim1: i64,
         dim2: i64,
     },
-    /// `linspace` (`base` None) or `logspace`; the length is the output's.
+    /// `linspace` (`base` None) or `logspace`; the length is the output's. A `start` or
+    /// `end` of None is a 0-d tensor input (the `Tensor_*` overloads), in that order.
     Linspace {
-        start: f64,
-        end: f64,
+        start: Option<f64>,
+        end: Option<f64>,
         base: Option<f64>,
     },
     /// `eye`; the shape is the output's.
@@ -275,6 +276,42 @@ pub enum ExtOp {
     NativeGroupNorm {
         groups: usize,
         eps: f64,
+    },
+    /// `logcumsumexp` along `dim`: a running `logaddexp` (exact where a global shift by the
+    /// maximum would underflow).
+    LogCumSumExp {
+        dim: i64,
+    },
+    /// `tril_indices`/`triu_indices(row, col, offset)`: the [2, n] int64 coordinates of the
+    /// lower (upper) triangle, row-major.
+    TriangleIndices {
+        row: usize,
+        col: usize,
+        offset: i64,
+        upper: bool,
+    },
+    /// `as_strided(x, size, stride, storage_offset)` over x's contiguous storage; the size is
+    /// the output's.
+    AsStrided {
+        stride: Vec<usize>,
+        offset: usize,
+    },
+    /// `embedding_renorm_(weight, indices, max_norm, norm_type)` as a function: the weight
+    /// with every row that `indices` names scaled to `max_norm` where its norm exceeds it.
+    EmbeddingRenorm {
+        max_norm: f64,
+        norm_type: f64,
+    },
+    /// `max_pool{2,3}d_with_indices_backward(grad, self, indices)` over `dims` spatial
+    /// dims: `grad` added into a zero tensor shaped like `self` at each window's argmax.
+    MaxPoolBackward {
+        dims: usize,
+    },
+    /// `repeat_interleave(x, repeats: Tensor, dim?, output_size)` (inputs x, repeats) or
+    /// `repeat_interleave(repeats, output_size)` (input repeats: the indices each repeated).
+    RepeatInterleave {
+        dim: Option<i64>,
+        indices: bool,
     },
 }
 
@@ -303,7 +340,6 @@ pub const DATA_DEPENDENT: &[&str] = &[
     "argwhere",
     "bincount",
     "histc",
-    "repeat_interleave",
 ];
 
 /// The ATen base name of an op type: `aten.nonzero.default` -> `nonzero`.
@@ -359,7 +395,7 @@ fn window(a: &Attrs, n: usize, max: bool) -> Result<Window, IrError> {
     })
 }
 
-fn reduction(a: &Attrs, key: &str) -> Result<Reduction, IrError> {
+pub(crate) fn reduction(a: &Attrs, key: &str) -> Result<Reduction, IrError> {
     match a.string(key)?.as_deref() {
         Some("sum" | "add") => Ok(Reduction::Sum),
         Some("prod" | "multiply") => Ok(Reduction::Prod),
@@ -416,6 +452,12 @@ pub(crate) fn parse(
         ("sort", "default" | "stable") => ExtOp::Sort {
             dim: dim(-1)?,
             descending: a.bool_or("descending", false)?,
+            indices_only: false,
+        },
+        // one output: the values
+        ("msort", "default") => ExtOp::Sort {
+            dim: 0,
+            descending: false,
             indices_only: false,
         },
         ("argsort", "default" | "stable") => ExtOp::Sort {
@@ -573,8 +615,11 @@ pub(crate) fn parse(
             window: window(a, if name == "max_pool1d" { 1 } else { 3 }, true)?,
             with_indices: false,
         },
-        ("max_pool2d_with_indices" | "max_pool3d_with_indices", "default") => ExtOp::MaxPool {
-            window: window(a, if name.starts_with("max_pool2d") { 2 } else { 3 }, true)?,
+        (
+            "max_pool1d_with_indices" | "max_pool2d_with_indices" | "max_pool3d_with_indices",
+            "default",
+        ) => ExtOp::MaxPool {
+            window: window(a, usize::from(name.as_bytes()[8] - b'0'), true)?,
             with_indices: true,
         },
         ("avg_pool1d" | "avg_pool3d", "default") => ExtOp::AvgPool {
@@ -690,6 +735,8 @@ pub(crate) fn parse(
         ("flip", "default") => ExtOp::Flip {
             dims: a.ints("dims")?,
         },
+        ("flipud", "default") => ExtOp::Flip { dims: vec![0] },
+        ("fliplr", "default") => ExtOp::Flip { dims: vec![1] },
         ("roll", "default") => {
             let shifts = a.ints("shifts")?;
             let dims = a.ints_or("dims", 1, &[])?;
@@ -756,15 +803,23 @@ pub(crate) fn parse(
             dim1: a.i64_or("dim1", -2)?,
             dim2: a.i64_or("dim2", -1)?,
         },
-        ("linspace" | "logspace", "default") => {
-            let get = |k: &str| -> Result<f64, IrError> {
-                Ok(a.scalar(k)?
-                    .ok_or_else(|| a.err(k, "required attribute is missing"))?
-                    .as_f64())
+        (
+            "linspace" | "logspace",
+            "default" | "Tensor_Tensor" | "Tensor_Scalar" | "Scalar_Tensor",
+        ) => {
+            let get = |k: &str, tensor: bool| -> Result<Option<f64>, IrError> {
+                if tensor {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    a.scalar(k)?
+                        .ok_or_else(|| a.err(k, "required attribute is missing"))?
+                        .as_f64(),
+                ))
             };
             ExtOp::Linspace {
-                start: get("start")?,
-                end: get("end")?,
+                start: get("start", overload.starts_with("Tensor"))?,
+                end: get("end", overload.ends_with("_Tensor"))?,
                 base: if name == "logspace" {
                     Some(a.f64_or("base", 10.0)?)
                 } else {
@@ -784,6 +839,40 @@ pub(crate) fn parse(
         ("_native_batch_norm_legit", "default" | "no_stats") => ExtOp::NativeBatchNorm {
             eps: a.f64_or("eps", 1e-5)?,
             training: a.bool_or("training", true)?,
+        },
+        ("logcumsumexp", "default") => ExtOp::LogCumSumExp { dim: dim(0)? },
+        ("tril_indices" | "triu_indices", "default") => {
+            let size = |k: &str| -> Result<usize, IrError> {
+                usize::try_from(a.i64_or(k, 0)?).map_err(|_| a.err(k, "must be non-negative"))
+            };
+            ExtOp::TriangleIndices {
+                row: size("row")?,
+                col: size("col")?,
+                offset: a.i64_or("offset", 0)?,
+                upper: name == "triu_indices",
+            }
+        }
+        ("as_strided" | "as_strided_copy", "default") => ExtOp::AsStrided {
+            stride: usizes(a, "stride", a.ints("stride")?)?,
+            offset: usize::try_from(a.i64_or("storage_offset", 0)?)
+                .map_err(|_| a.err("storage_offset", "must be non-negative"))?,
+        },
+        ("embedding_renorm", "default") => ExtOp::EmbeddingRenorm {
+            max_norm: a.f64_or("max_norm", 0.0)?,
+            norm_type: a.f64_or("norm_type", 2.0)?,
+        },
+        ("max_pool2d_with_indices_backward" | "max_pool3d_with_indices_backward", "default") => {
+            ExtOp::MaxPoolBackward {
+                dims: usize::from(name.as_bytes()[8] - b'0'),
+            }
+        }
+        ("repeat_interleave", "self_Tensor") => ExtOp::RepeatInterleave {
+            dim: a.has("dim").then(|| a.i64_or("dim", 0)).transpose()?,
+            indices: false,
+        },
+        ("repeat_interleave", "Tensor") => ExtOp::RepeatInterleave {
+            dim: None,
+            indices: true,
         },
         ("native_group_norm", "default") => ExtOp::NativeGroupNorm {
             groups: positive("group")?,

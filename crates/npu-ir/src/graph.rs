@@ -291,6 +291,39 @@ fn constant(
     Ok((ty, data))
 }
 
+/// For a norm op given one of its two affine tensors without [`crate::ABSENT_TENSORS`]
+/// (torch_ir drops absent optional tensors without a trace), the attrs with that list
+/// inferred from the tensor's state-dict key: `..bias` is the bias, `..weight` the weight.
+/// `None` when nothing is inferred (the op parser then refuses the ambiguous case).
+fn infer_absent_affine(
+    g: &Graph<Op>,
+    op_type: &str,
+    attrs: &serde_json::Map<String, Json>,
+    inputs: &[ValueId],
+) -> Option<serde_json::Map<String, Json>> {
+    let base = crate::ext::base_name(op_type);
+    let norm = matches!(
+        base,
+        "layer_norm" | "native_layer_norm" | "group_norm" | "native_group_norm"
+    );
+    if !norm || inputs.len() != 2 || attrs.contains_key(crate::ABSENT_TENSORS) {
+        return None;
+    }
+    let ValueKind::Weight { key } = &g.value(inputs[1]).kind else {
+        return None;
+    };
+    let absent = if key.ends_with("bias") {
+        "weight"
+    } else if key.ends_with("weight") {
+        "bias"
+    } else {
+        return None;
+    };
+    let mut m = attrs.clone();
+    m.insert(crate::ABSENT_TENSORS.into(), Json::from(vec![absent]));
+    Some(m)
+}
+
 impl Graph<Op> {
     pub(crate) fn from_raw(raw: RawIr) -> Result<Graph<Op>, IrError> {
         let mut g = Graph {
@@ -425,7 +458,9 @@ impl Graph<Op> {
                 return Err(IrError::DuplicateName(rn.name.clone()));
             }
             let in_rank = inputs.first().map_or(0, |v| g.ty(*v).rank());
-            let (op, inplace) = Op::parse(&rn.name, &rn.op_type, &rn.attrs, inputs.len(), in_rank)?;
+            let inferred = infer_absent_affine(&g, &rn.op_type, &rn.attrs, &inputs);
+            let attrs = inferred.as_ref().unwrap_or(&rn.attrs);
+            let (op, inplace) = Op::parse(&rn.name, &rn.op_type, attrs, inputs.len(), in_rank)?;
             g.nodes.push(Node {
                 name: rn.name.clone(),
                 op_type: rn.op_type.clone(),
@@ -451,6 +486,7 @@ impl Graph<Op> {
             }
             g.outputs.push(id);
         }
+        crate::inplace::resolve_alias_mutations(&mut g);
         Ok(g)
     }
 }

@@ -12,12 +12,13 @@ mod dtype;
 mod error;
 mod ext;
 mod graph;
+mod inplace;
 mod json;
 mod op;
 pub mod pointwise;
 
-pub use attrs::Scalar;
-pub use composite::{Composite, Moment, Padding1d};
+pub use attrs::{Scalar, ABSENT_TENSORS};
+pub use composite::{Composite, Moment, Padding1d, SplitAt, StackKind};
 pub use dtype::DType;
 pub use error::{error_chain, IrError};
 pub use ext::{

@@ -349,18 +349,31 @@ impl Op {
                     groups: groups as usize,
                 }
             }
-            ("batch_norm", "default") => Op::BatchNorm {
+            // training mode normalizes with batch statistics: a composite
+            ("batch_norm", "default") if !a.bool_or("training", false)? => Op::BatchNorm {
                 eps: a.f64_or("eps", 1e-5)?,
                 training: a.bool_or("training", false)?,
             },
-            ("layer_norm", "default") => Op::LayerNorm {
-                normalized_shape: a
+            ("layer_norm", "default") => {
+                let normalized_shape: Vec<usize> = a
                     .ints("normalized_shape")?
                     .into_iter()
                     .map(|d| d.max(0) as usize)
-                    .collect(),
-                eps: a.f64_or("eps", 1e-5)?,
-            },
+                    .collect();
+                let eps = a.f64_or("eps", 1e-5)?;
+                if crate::composite::bias_only(&a, n_inputs)? {
+                    Op::Composite(Composite::NativeLayerNorm {
+                        normalized_shape,
+                        eps,
+                        bias_only: true,
+                    })
+                } else {
+                    Op::LayerNorm {
+                        normalized_shape,
+                        eps,
+                    }
+                }
+            }
             ("max_pool2d", "default") => Op::MaxPool2d(pool2d(&a, true)?),
             ("avg_pool2d", "default") => Op::AvgPool2d {
                 pool: pool2d(&a, true)?,
@@ -421,7 +434,7 @@ impl Op {
             ("cat" | "concat", "default") => Op::Cat {
                 dim: a.i64_or("dim", 0)?,
             },
-            ("chunk", "default") => {
+            ("chunk" | "unsafe_chunk", "default") => {
                 let chunks = a.i64_or("chunks", 0)?;
                 if chunks < 1 {
                     return Err(a.err("chunks", "must be at least 1"));
@@ -431,7 +444,7 @@ impl Op {
                     dim: a.i64_or("dim", 0)?,
                 }
             }
-            ("split", "Tensor") => {
+            ("split" | "unsafe_split", "Tensor") => {
                 let s = a.i64_or("split_size", 0)?;
                 if s < 1 {
                     return Err(a.err("split_size", "must be at least 1"));
@@ -565,9 +578,18 @@ impl Op {
                 if g < 1 {
                     return Err(a.err("num_groups", "must be at least 1"));
                 }
-                Op::GroupNorm {
-                    num_groups: g as usize,
-                    eps: a.f64_or("eps", 1e-5)?,
+                let eps = a.f64_or("eps", 1e-5)?;
+                if crate::composite::bias_only(&a, n_inputs)? {
+                    Op::Composite(Composite::NativeGroupNorm {
+                        groups: g as usize,
+                        eps,
+                        bias_only: true,
+                    })
+                } else {
+                    Op::GroupNorm {
+                        num_groups: g as usize,
+                        eps,
+                    }
                 }
             }
             ("log_softmax", "int") | ("_log_softmax", "default") => Op::LogSoftmax {

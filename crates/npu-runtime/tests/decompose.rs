@@ -133,6 +133,7 @@ fn composite_cases_match_pytorch_through_the_dag_and_compiled() {
         "decomp_arith",
         "decomp_conv1d",
         "decomp_linalg",
+        "decomp_linalg2",
         "decomp_rms_norm_bf16",
         "decomp_var_std",
         "decomp_views",

@@ -405,4 +405,48 @@ def core_cases(r: _Gen) -> list[Case]:
         ),
         r.randn(),
     )
+    # added with the OpInfo coverage work: running logaddexp over a wide range (a shift by
+    # the maximum would underflow), triangle coordinates, strided views of the storage,
+    # embedding max_norm (an in-place renorm through `detach` that the embedding then reads),
+    # the max-pool gradient, tensor repeat counts
+    wide = torch.tensor([[-200.0, 0.0, float("-inf"), 3.0, -1e3, 50.0]])
+    add(
+        "logcumsumexp",
+        lambda x, w: (torch.logcumsumexp(x, 1), torch.logcumsumexp(x, 0), torch.logcumsumexp(w, -1)),
+        r.randn(4, 6),
+        wide,
+    )
+    add(
+        "triangle_indices",
+        lambda x: (x + 1, torch.tril_indices(5, 6, 1), torch.triu_indices(4, 7, -2)),
+        r.randn(2),
+    )
+    add(
+        "as_strided",
+        lambda x: (torch.as_strided(x, (3, 3), (1, 3), 2), torch.as_strided(x, (2, 2, 2), (8, 1, 4))),
+        r.randn(20),
+    )
+    add(
+        "embedding_renorm",
+        lambda i, w: F.embedding(i, w.clone(), max_norm=1.0),
+        r.ints(0, 6, 2, 3),
+        r.randn(6, 4) * 3,
+    )
+    add(
+        "max_pool_backward",
+        lambda x, g: aten.max_pool2d_with_indices_backward(
+            g, x, [2, 2], [2, 2], [0, 0], [1, 1], False, aten.max_pool2d_with_indices(x, [2, 2], [2, 2])[1]
+        ),
+        r.randn(1, 2, 4, 6),
+        r.randn(1, 2, 2, 3),
+    )
+    add(
+        "repeat_interleave_tensor",
+        lambda x, n: (
+            torch.repeat_interleave(x, n, dim=1, output_size=4),
+            torch.repeat_interleave(n, output_size=4),
+        ),
+        r.randn(2, 3),
+        torch.tensor([1, 0, 3]),
+    )
     return cases

@@ -265,6 +265,7 @@ def _float_cases() -> dict[str, tuple[str, Fn]]:
             ),
         ),
         "more2": ("ab", lambda a, b: (torch.heaviside(a, b), torch.logaddexp(a, b))),
+        "bessel": ("x", lambda x: (torch.i0(x), torch.i0(x * 20.0))),
         "logical": (
             "ab",
             lambda a, b: (torch.logical_and(a, b), torch.logical_or(a, b), torch.logical_xor(a, b)),
@@ -384,6 +385,16 @@ def _int_cases() -> dict[str, tuple[str, Fn]]:
             ),
         ),
         "pow": ("e", lambda e: (torch.pow(2, e), torch.pow(e, e % 4), torch.pow(-3, e))),
+        # ATen's integer forms: negative powers truncate, Scalar parameters convert to int64
+        "intforms": (
+            "ab",
+            lambda a, b: (
+                torch.pow(a, b),
+                F.threshold(a, 2.5, -9.0),
+                F.hardtanh(a, -3.5, 4.5),
+                torch.addcmul(a, a, b, value=3),
+            ),
+        ),
         "promote": (
             "ab",
             lambda a, b: (a / b, torch.sin(a), a * 0.5, torch.atan2(a, b), torch.sqrt(b), a + 0.25),

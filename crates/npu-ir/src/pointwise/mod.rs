@@ -146,8 +146,10 @@ macro_rules! pointwise_ops {
                 #[allow(unused_imports)]
                 use $crate::pointwise::real::*;
                 let _ = args;
-                match self {
-                    $( $E::$v { .. } => {
+                match *self {
+                    $( $E::$v $({ $($p),+ })? => {
+                        // parameters are f64; integer rows convert them as ATen does
+                        $( $( let _ = $p; )+ )?
                         $( let [$($ia),+] = args; return Some($fi); )?
                         None
                     } ),*

@@ -81,12 +81,28 @@ pub(crate) fn parse(
             min: None,
             max: scalar("max")?,
         },
-        // torch_ir drops an absent optional bound, so two inputs do not say which it is
-        ("clamp" | "clip", "Tensor") if n_inputs == 3 => Op::Ternary {
-            op: TernaryOp::Clamp,
-            scalars: [None; 3],
-        },
-        ("clamp" | "clip", "Tensor") => return Ok(None),
+        // torch_ir drops an absent optional bound, so two inputs alone do not say which
+        // it is (see `Attrs::optional_tensors`)
+        ("clamp" | "clip", "Tensor") => {
+            let bounds = n_inputs.saturating_sub(1);
+            match a.optional_tensors(&["min", "max"], bounds)?.as_deref() {
+                Some([true, true]) => Op::Ternary {
+                    op: TernaryOp::Clamp,
+                    scalars: [None; 3],
+                },
+                Some([true, false]) => binary(a, BinaryOp::Max, n_inputs)?,
+                Some([false, true]) => binary(a, BinaryOp::Min, n_inputs)?,
+                Some(_) => Op::Identity,
+                None => {
+                    return Err(a.err(
+                        crate::ABSENT_TENSORS,
+                        "one tensor bound is given and the IR does not say whether it is min \
+                         or max (torch_ir drops absent optional tensors; export with npu's \
+                         exporter, which records them)",
+                    ))
+                }
+            }
+        }
         ("clamp_min", "Tensor") => binary(a, BinaryOp::Max, n_inputs)?,
         ("clamp_max", "Tensor") => binary(a, BinaryOp::Min, n_inputs)?,
         ("max", "other") => binary(a, BinaryOp::Max, n_inputs)?,

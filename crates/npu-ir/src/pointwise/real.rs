@@ -60,6 +60,23 @@ pub fn k<F: Real>(v: f64) -> F {
     F::c(v)
 }
 
+/// `I0(x)` by its power series (see the table's `I0` row): terms are added until they fall
+/// below the sum's rounding (the ratio of consecutive terms is `x^2 / 4k^2`, so at most a few
+/// hundred terms before f64 overflows).
+/// Summed in f64 whatever `F` is, so f32 results are correctly rounded but for the last bit.
+pub fn bessel_i0<F: Real>(x: F) -> F {
+    let x = x.f64();
+    let q = x * x * 0.25;
+    let (mut t, mut s) = (1.0f64, 1.0f64);
+    let mut k = 1.0;
+    while k < 1000.0 && t > s * f64::EPSILON {
+        t = t * q / (k * k);
+        s += t;
+        k += 1.0;
+    }
+    F::c(s)
+}
+
 /// `x` limited to `[lo, hi]`; NaN stays NaN (as ATen's `std::min(std::max(x, lo), hi)`).
 #[inline(always)]
 pub fn clamp_nan<F: Real>(x: F, lo: F, hi: F) -> F {

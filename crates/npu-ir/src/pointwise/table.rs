@@ -129,7 +129,13 @@ pointwise_ops! {
             cuda "({x} > {lambd} ? {x} - {lambd} : ({x} < -{lambd} ? {x} + {lambd} : {x} * 0.0f))";
         Threshold { threshold = 0.0, value = 0.0 } "threshold" ["threshold"] Keep
             |x| if x <= threshold { value } else { x };
+            int |x| Ok(if x <= threshold as i64 { value as i64 } else { x });
             cuda "({x} <= {threshold} ? {value} : {x})";
+        /// The modified Bessel function of the first kind, order 0, by its power series
+        /// `sum (x^2/4)^k / (k!)^2` (all terms positive: no cancellation). +-inf gives NaN,
+        /// as ATen's `exp(x) * chbevl(..) / sqrt(x)` does.
+        I0 "i0" ["i0", "special_i0"] Float |x| if x.is_infinite() { F::nan() } else { bessel_i0(x) };
+            cuda "[&]{ if (fabsf({x}) == NPU_INF) return {x} - {x}; float q = 0.25f * {x} * {x}, t = 1.0f, s = 1.0f; for (int k = 1; k < 1000 && t > s * 1e-9f; ++k) { t *= q / (float)(k * k); s += t; } return s; }()";
         /// `sin(pi x) / (pi x)`, 1 at 0.
         Sinc "sinc" ["sinc"] Float |x| if x == k(0.0) { k(1.0) } else { let p = x * k(PI); p.sin() / p };
             cuda "({x} == 0.0f ? 1.0f : sinf({x} * 3.14159265358979f) / ({x} * 3.14159265358979f))";
@@ -149,7 +155,7 @@ pointwise_ops! {
         /// True division (a float result also for integers).
         Div "div" ["div", "divide", "true_divide"] Float |x, y| x / y; cuda "{x} / {y}";
         Pow "pow" ["pow"] Keep |x, y| if y == k(2.0) { x * x } else { x.powf(y) };
-            int |x, y| if y < 0 { Err("integers to negative integer powers are not allowed") } else { Ok(x.wrapping_pow(y.min(u32::MAX as i64) as u32)) };
+            int |x, y| Ok(int_pow(x, y));
             cuda "({y} == 2.0f ? {x} * {x} : powf({x}, {y}))";
         /// `maximum`: NaN if either is NaN.
         Max "max" ["maximum"] Keep |x, y| if x.is_nan() || y.is_nan() { x + y } else { x.max(y) };
@@ -235,6 +241,7 @@ pointwise_ops! {
             |x, e, w| if w.abs() < k(0.5) { x + w * (e - x) } else { e - (e - x) * (k::<F>(1.0) - w) };
             cuda "(fabsf({w}) < 0.5f ? {x} + {w} * ({e} - {x}) : {e} - ({e} - {x}) * (1.0f - {w}))";
         Addcmul { value = 1.0 } "addcmul" ["addcmul"] Keep |x, a, b| x + value * a * b;
+            int |x, a, b| Ok(x.wrapping_add((value as i64).wrapping_mul(a).wrapping_mul(b)));
             cuda "{x} + {value} * {a} * {b}";
         Addcdiv { value = 1.0 } "addcdiv" ["addcdiv"] Float |x, a, b| x + value * (a / b);
             cuda "{x} + {value} * ({a} / {b})";
@@ -292,6 +299,20 @@ pub fn max_finite(dtype: crate::DType) -> f64 {
         DType::F64 => f64::MAX,
         _ => f64::from(f32::MAX),
     }
+}
+
+/// ATen's integer `pow`: a negative exponent gives 1 for base 1, +-1 for base -1 (by the
+/// exponent's parity) and 0 otherwise (truncated 1/x^n); non-negative ones wrap.
+fn int_pow(x: i64, y: i64) -> i64 {
+    if y < 0 {
+        return match x {
+            1 => 1,
+            -1 if y % 2 != 0 => -1,
+            -1 => 1,
+            _ => 0,
+        };
+    }
+    x.wrapping_pow(y.min(u32::MAX as i64) as u32)
 }
 
 #[cfg(test)]

@@ -215,3 +215,14 @@ pub fn want_rank(what: &str, t: &HostTensor, rank: usize) -> R<()> {
     }
     Ok(())
 }
+
+/// The one value of a 0-d (or one-element) tensor operand, as f64.
+pub fn scalar_f64(t: &HostTensor) -> R<f64> {
+    match f64s(t).as_slice() {
+        [v] => Ok(*v),
+        v => Err(format!(
+            "expected a one-element tensor, got {} elements",
+            v.len()
+        )),
+    }
+}

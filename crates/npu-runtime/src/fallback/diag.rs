@@ -95,3 +95,34 @@ pub fn eye(a: &Args) -> R<HostTensor> {
     let v: Vec<i64> = (0..n * m).map(|i| i64::from(i / m == i % m)).collect();
     Ok(super::data::from_i64(out, &v))
 }
+
+/// `tril_indices`/`triu_indices(row, col, offset)`: `[2, n]` int64 row and column
+/// coordinates of the triangle's elements in row-major order.
+pub fn triangle_indices(
+    a: &Args,
+    row: usize,
+    col: usize,
+    offset: i64,
+    upper: bool,
+) -> R<HostTensor> {
+    let out = a.out(0)?;
+    let (mut rows, mut cols) = (Vec::new(), Vec::new());
+    for r in 0..row {
+        for c in 0..col {
+            let k = c as i64 - r as i64;
+            if (upper && k >= offset) || (!upper && k <= offset) {
+                rows.push(r as i64);
+                cols.push(c as i64);
+            }
+        }
+    }
+    if out.shape != [2, rows.len()] {
+        return Err(format!(
+            "the triangle has {} elements, the output is {:?}",
+            rows.len(),
+            out.shape
+        ));
+    }
+    rows.extend(cols);
+    Ok(super::data::from_i64(out, &rows))
+}

@@ -159,8 +159,11 @@ fn run_int(pw: Pw, ops: &[Operand], out: &TensorType) -> R<HostTensor> {
     let cols = ops
         .iter()
         .map(|o| match o {
-            // an absent clamp bound is an infinite scalar: `as` saturates it
-            Operand::Scalar(s) if s.fract() == 0.0 || s.is_infinite() => Ok(vec![*s as i64; n]),
+            // An integer result with a fractional scalar is an op that converts its Scalar
+            // to the tensor's type (hardtanh, threshold, addcmul's value): ATen truncates it
+            // (otherwise type promotion would have made the result float). An absent clamp
+            // bound is an infinite scalar: `as` saturates it. NaN has no integer value.
+            Operand::Scalar(s) if !s.is_nan() => Ok(vec![*s as i64; n]),
             Operand::Scalar(s) => Err(format!(
                 "{}: scalar {s} with an integer result {}",
                 pw.name(),

@@ -1,7 +1,9 @@
 //! Kernels of the extended opset (`Op::Ext`), resolved like the rest of the dispatch: an
 //! op this interpreter cannot run is refused here, before any operand exists.
 
-use super::{conv, create, diag, intops, norm, pool, reduce_ext, reorder, resample, scatter, sort};
+use super::{
+    conv, create, diag, intops, norm, pool, reduce_ext, reorder, resample, scatter, shape, sort,
+};
 use super::{many, one, Kernel, R};
 use npu_ir::{ExtOp, Interp};
 
@@ -114,9 +116,20 @@ pub(super) fn kernel(op: &ExtOp) -> R<Kernel<'_>> {
         ExtOp::DiagEmbed { offset, dim1, dim2 } => {
             one(move |a| diag::diag_embed(a, *offset, *dim1, *dim2))
         }
-        ExtOp::Linspace { start, end, base } => {
-            one(move |a| create::linspace(a, *start, *end, *base))
-        }
+        ExtOp::Linspace { start, end, base } => one(move |a| {
+            let mut next = 0;
+            let mut take = |v: &Option<f64>| -> R<f64> {
+                match v {
+                    Some(v) => Ok(*v),
+                    None => {
+                        next += 1;
+                        super::data::scalar_f64(a.input(next - 1)?)
+                    }
+                }
+            };
+            let (s, e) = (take(start)?, take(end)?);
+            create::linspace(a, s, e, *base)
+        }),
         ExtOp::Eye => one(diag::eye),
         ExtOp::NativeBatchNorm { eps, training } => {
             if *training {
@@ -126,6 +139,24 @@ pub(super) fn kernel(op: &ExtOp) -> R<Kernel<'_>> {
         }
         ExtOp::NativeGroupNorm { groups, eps } => {
             many(move |a| norm::native_group_norm(a, *groups, *eps))
+        }
+        ExtOp::LogCumSumExp { dim } => one(move |a| sort::logcumsumexp(a, *dim)),
+        ExtOp::TriangleIndices {
+            row,
+            col,
+            offset,
+            upper,
+        } => one(move |a| diag::triangle_indices(a, *row, *col, *offset, *upper)),
+        ExtOp::AsStrided { stride, offset } => {
+            one(move |a| reorder::as_strided(a, stride, *offset))
+        }
+        ExtOp::EmbeddingRenorm {
+            max_norm,
+            norm_type,
+        } => one(move |a| shape::embedding_renorm(a, *max_norm, *norm_type)),
+        ExtOp::MaxPoolBackward { dims } => one(move |a| pool::max_pool_backward(a, *dims)),
+        ExtOp::RepeatInterleave { dim, indices } => {
+            one(move |a| reorder::repeat_interleave(a, *dim, *indices))
         }
     }
 }

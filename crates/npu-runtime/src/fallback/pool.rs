@@ -227,3 +227,35 @@ pub fn adaptive_pool(a: &Args, n: usize, max: bool) -> R<Vec<HostTensor>> {
     });
     outputs(a, &vals, &idx, max && a.outs.len() > 1)
 }
+
+/// `max_pool*_with_indices_backward(grad, self, indices)`: per plane (the leading dims), each
+/// gradient element added at its flat window-argmax index into zeros shaped like `self`.
+pub fn max_pool_backward(a: &Args, dims: usize) -> R<HostTensor> {
+    a.count(3, 3)?;
+    let (grad, x, indices, out) = (a.input(0)?, a.input(1)?, a.input(2)?, a.out(0)?);
+    let xs = x.shape();
+    if xs.len() < dims || grad.shape() != indices.shape() || grad.shape().len() != xs.len() {
+        return Err(format!(
+            "grad {:?} and indices {:?} do not fit an input {xs:?} pooled over {dims} dims",
+            grad.shape(),
+            indices.shape()
+        ));
+    }
+    let lead = xs.len() - dims;
+    if grad.shape()[..lead] != xs[..lead] {
+        return Err(format!("grad {:?} for input {xs:?}", grad.shape()));
+    }
+    let plane_in: usize = xs[lead..].iter().product();
+    let plane_out: usize = grad.shape()[lead..].iter().product();
+    let (g, ids) = (f64s(grad), super::data::i64s(indices));
+    let mut res = vec![0.0; x.numel()];
+    for (k, (&gv, &i)) in g.iter().zip(&ids).enumerate() {
+        let p = k / plane_out.max(1);
+        let i = usize::try_from(i)
+            .ok()
+            .filter(|&i| i < plane_in)
+            .ok_or_else(|| format!("pooling index {i} outside a plane of {plane_in}"))?;
+        res[p * plane_in + i] += gv;
+    }
+    Ok(from_f64(out, &res))
+}

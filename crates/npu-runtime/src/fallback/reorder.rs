@@ -198,3 +198,87 @@ pub fn pad(a: &Args, mode: PadMode, pad: &[i64], value: f64) -> R<HostTensor> {
     });
     take_or_fill(x, &map, value, out)
 }
+
+/// `as_strided(x, size, stride, offset)`: element `i` of the output (row-major over its
+/// shape) reads x's contiguous storage at `offset + sum(i_d * stride_d)`.
+pub fn as_strided(a: &Args, stride: &[usize], offset: usize) -> R<HostTensor> {
+    a.count(1, 1)?;
+    let (x, out) = (a.input(0)?, a.out(0)?);
+    if stride.len() != out.shape.len() {
+        return Err(format!(
+            "{} strides for a {:?} result",
+            stride.len(),
+            out.shape
+        ));
+    }
+    let n = x.numel();
+    let map = remap(&out.shape, |i| offset + flat(i, stride));
+    if let Some(&far) = map.iter().max() {
+        if far >= n {
+            return Err(format!(
+                "size {:?}, stride {stride:?} and offset {offset} reach element {far} of a \
+                 storage of {n}",
+                out.shape
+            ));
+        }
+    }
+    Ok(take(x, &map, out.shape.clone()))
+}
+
+/// `repeat_interleave` with a tensor of repeats: along `dim` (the flattened input when
+/// None), element `i` appears `repeats[i]` times (one repeat count broadcasts); with
+/// `indices`, the input is the repeats and the indices `0..n` are repeated.
+pub fn repeat_interleave(a: &Args, dim: Option<i64>, indices: bool) -> R<HostTensor> {
+    let out = a.out(0)?;
+    let reps = super::data::i64s(a.input(usize::from(!indices))?);
+    if let Some(r) = reps.iter().find(|&&r| r < 0) {
+        return Err(format!("repeats must be non-negative, got {r}"));
+    }
+    if indices {
+        a.count(1, 1)?;
+        let v: Vec<i64> = reps
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &r)| std::iter::repeat_n(i as i64, r as usize))
+            .collect();
+        if v.len() != out.numel() {
+            return Err(format!(
+                "{} repeated indices, output {:?}",
+                v.len(),
+                out.shape
+            ));
+        }
+        return Ok(super::data::from_i64(out, &v));
+    }
+    a.count(2, 2)?;
+    let x = a.input(0)?;
+    let (shape, d) = match dim {
+        Some(d) if !x.shape().is_empty() => (x.shape().to_vec(), norm_dim(d, x.shape().len())?),
+        _ => (vec![x.numel()], 0),
+    };
+    let len = shape[d];
+    let reps = match reps.len() {
+        1 => vec![reps[0]; len],
+        n if n == len => reps,
+        n => return Err(format!("{n} repeat counts for dim {d} of size {len}")),
+    };
+    let outer: usize = shape[..d].iter().product();
+    let inner: usize = shape[d + 1..].iter().product();
+    let mut map = Vec::new();
+    for o in 0..outer {
+        for (i, &r) in reps.iter().enumerate() {
+            for _ in 0..r {
+                let base = (o * len + i) * inner;
+                map.extend(base..base + inner);
+            }
+        }
+    }
+    if map.len() != out.numel() {
+        return Err(format!(
+            "the repeats give {} elements, the output (output_size) has {}",
+            map.len(),
+            out.numel()
+        ));
+    }
+    Ok(take(x, &map, out.shape.clone()))
+}

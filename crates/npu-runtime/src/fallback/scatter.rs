@@ -357,8 +357,14 @@ pub fn index_add(a: &Args, dim: i64, alpha: f64) -> R<HostTensor> {
 pub fn index_fill(a: &Args, dim: i64, value: Option<f64>) -> R<HostTensor> {
     let (x, index, out) = (a.input(0)?, a.input(1)?, a.out(0)?);
     let v = match value {
-        Some(v) => HostTensor::new(DType::F64, vec![], v.to_le_bytes().to_vec())
-            .map_err(|e| e.to_string())?,
+        // the Scalar in the output's dtype, as ATen converts it
+        Some(v) => super::data::from_f64(
+            &TensorType {
+                shape: vec![],
+                dtype: out.dtype,
+            },
+            &[v],
+        ),
         None => a.input(2)?.clone(),
     };
     let xs = shape_or_1(x);
@@ -373,6 +379,8 @@ pub fn index_fill(a: &Args, dim: i64, value: Option<f64>) -> R<HostTensor> {
 pub fn masked_scatter(a: &Args) -> R<HostTensor> {
     a.count(3, 3)?;
     let (x, mask, src, out) = (a.input(0)?, a.input(1)?, a.input(2)?, a.out(0)?);
+    // self and mask broadcast together (the result has the common shape)
+    let x = &super::data::take(x, &broadcast_map(x.shape(), &out.shape)?, out.shape.clone());
     let mv = i64s(mask);
     let map = broadcast_map(mask.shape(), x.shape())?;
     let targets: Vec<usize> = (0..x.numel()).filter(|&i| mv[map[i]] != 0).collect();
@@ -481,7 +489,7 @@ pub fn take_along_dim(a: &Args, dim: Option<i64>) -> R<HostTensor> {
         let n = x.numel();
         let m = ids
             .iter()
-            .map(|&i| position(i, n, false, "take_along_dim"))
+            .map(|&i| position(i, n, true, "take_along_dim"))
             .collect::<R<Vec<usize>>>()?;
         return Ok(super::data::take(x, &m, out.shape.clone()));
     };
@@ -502,7 +510,7 @@ pub fn take_along_dim(a: &Args, dim: Option<i64>) -> R<HostTensor> {
                 xo += if xs[k] == 1 { 0 } else { p[k] } * xst[k];
             }
         }
-        position(ids[io], xs[d], false, "take_along_dim").map(|j| xo + j * xst[d])
+        position(ids[io], xs[d], true, "take_along_dim").map(|j| xo + j * xst[d])
     })
     .into_iter()
     .collect::<R<Vec<usize>>>()?;

@@ -234,6 +234,41 @@ pub fn embedding(a: &Args) -> R<HostTensor> {
     })
 }
 
+/// `embedding_renorm_(weight, ids, max_norm, norm_type)` as a function: each distinct row
+/// `ids` names whose `norm_type`-norm exceeds `max_norm` is scaled by
+/// `max_norm / (norm + 1e-7)`, as ATen does; the result is the whole weight.
+pub fn embedding_renorm(a: &Args, max_norm: f64, norm_type: f64) -> R<HostTensor> {
+    a.count(2, 2)?;
+    let (w, ids, out) = (a.input(0)?, a.input(1)?, a.out(0)?);
+    super::data::want_rank("embedding weight", w, 2)?;
+    let (v, dim) = (w.shape()[0], w.shape()[1]);
+    let mut rows: Vec<usize> = int_index(ids, "embedding_renorm")?
+        .into_iter()
+        .map(|i| super::scatter::position(i, v, false, "embedding_renorm"))
+        .collect::<R<_>>()?;
+    rows.sort_unstable();
+    rows.dedup();
+    let mut x = super::data::f64s(w);
+    for r in rows {
+        let row = &mut x[r * dim..(r + 1) * dim];
+        let norm = if norm_type == f64::INFINITY {
+            row.iter().fold(0.0f64, |m, &e| m.max(e.abs()))
+        } else if norm_type == 1.0 {
+            row.iter().map(|e| e.abs()).sum()
+        } else {
+            row.iter()
+                .map(|e| e.abs().powf(norm_type))
+                .sum::<f64>()
+                .powf(1.0 / norm_type)
+        };
+        if norm > max_norm {
+            let scale = max_norm / (norm + 1e-7);
+            row.iter_mut().for_each(|e| *e *= scale);
+        }
+    }
+    Ok(super::data::from_f64(out, &x))
+}
+
 pub fn index_select(a: &Args, dim: i64) -> R<HostTensor> {
     a.count(2, 2)?;
     let (x, index, out) = (a.input(0)?, a.input(1)?, a.out(0)?);
@@ -268,6 +303,14 @@ pub fn index_select(a: &Args, dim: i64) -> R<HostTensor> {
 pub fn gather(a: &Args, dim: i64) -> R<HostTensor> {
     a.count(2, 2)?;
     let (x, index, out) = (a.input(0)?, a.input(1)?, a.out(0)?);
+    // a 0-d input gathers like a one-element vector (ATen allows a 1-D index there)
+    let x1;
+    let x = if x.shape().is_empty() && index.shape().len() == 1 {
+        x1 = reshaped(x, &[1])?;
+        &x1
+    } else {
+        x
+    };
     let rank = x.shape().len();
     let d = norm_dim(dim, rank.max(1))?;
     if index.shape().len() != rank {
@@ -337,7 +380,8 @@ pub fn index_copy(a: &Args, dim: i64) -> R<HostTensor> {
     let d = norm_dim(dim, rank.max(1))?;
     let ids = int_index(index, "index_copy")?;
     let src = src.cast(x.dtype()).map_err(|e| e.to_string())?;
-    let xs = x.shape();
+    // a 0-d tensor indexes like a one-element vector
+    let xs: &[usize] = if rank == 0 { &[1] } else { x.shape() };
     let outer: usize = xs[..d].iter().product();
     let inner: usize = xs[d + 1..].iter().product();
     let mut want = xs.to_vec();

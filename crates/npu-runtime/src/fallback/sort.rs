@@ -86,9 +86,11 @@ pub fn sort(a: &Args, dim: i64, descending: bool, indices_only: bool) -> R<Vec<H
         want_shape("argsort", x.shape(), a.out(0)?)?;
         return Ok(vec![from_i64(a.out(0)?, &idx)]);
     }
-    for i in 0..2 {
-        want_shape("sort", x.shape(), a.out(i)?)?;
+    want_shape("sort", x.shape(), a.out(0)?)?;
+    if a.outs.len() == 1 {
+        return Ok(vec![vals.store(a.out(0)?)]); // msort
     }
+    want_shape("sort", x.shape(), a.out(1)?)?;
     Ok(vec![vals.store(a.out(0)?), from_i64(a.out(1)?, &idx)])
 }
 
@@ -277,4 +279,34 @@ pub fn cumprod(a: &Args, dim: i64) -> R<HostTensor> {
     }
     let vals = super::vals::map_vals!(Vals::as_for(x, out), v => run(v, lanes));
     Ok(vals.store(out))
+}
+
+/// `logcumsumexp` along `dim` as a running `logaddexp`: `acc = max + log1p(exp(-|acc - x|))`,
+/// exact over any range of magnitudes (a global shift by the maximum underflows), `-inf`
+/// entries skipped, NaN propagated.
+pub fn logcumsumexp(a: &Args, dim: i64) -> R<HostTensor> {
+    a.count(1, 1)?;
+    let (x, out) = (a.input(0)?, a.out(0)?);
+    want_shape("logcumsumexp", x.shape(), out)?;
+    let (lanes, _) = Lanes::new(x.shape(), dim)?;
+    let mut v = super::data::f64s(x);
+    for k in 0..lanes.count() {
+        let mut acc = f64::NEG_INFINITY;
+        for i in 0..lanes.len {
+            let p = lanes.at(k, i);
+            let y = v[p];
+            acc = if acc.is_nan() || y.is_nan() {
+                f64::NAN
+            } else if y == f64::NEG_INFINITY {
+                acc
+            } else if acc == f64::NEG_INFINITY || (acc == y && y.is_infinite()) {
+                y
+            } else {
+                let m = acc.max(y);
+                m + (-(acc - y).abs()).exp().ln_1p()
+            };
+            v[p] = acc;
+        }
+    }
+    Ok(super::data::from_f64(out, &v))
 }

@@ -5,6 +5,7 @@ kwargs, lists included) become graph inputs; everything else is baked into the m
 writes ``<id>.ir.json`` and ``<id>.io.safetensors`` (``input.<graph input>``, ``expected.<graph output>``),
 plus ``<id>.weights.safetensors`` when the IR lifts constant tensors into weights.
 Samples with a zero-element tensor are skipped: the compiler refuses zero-size tensors by design.
+Samples whose graph draws random numbers (dropout in training mode) are skipped too.
 """
 
 from __future__ import annotations
@@ -129,6 +130,25 @@ class ZeroElementOutput(Exception):
     """The sample's eager result has a zero-element tensor: skipped like zero-element inputs."""
 
 
+class RandomSample(Exception):
+    """The sample's graph draws random numbers (dropout in training mode, attention dropout):
+    left out like the random OpInfos, since eager's draw cannot be reproduced."""
+
+
+def _draws_random(nodes: list[dict[str, Any]]) -> bool:
+    for n in nodes:
+        base = n["op_type"].split(".")[1] if n["op_type"].startswith("aten.") else ""
+        attrs = n["attrs"]
+        if base in ("dropout", "dropout_", "native_dropout", "feature_dropout", "alpha_dropout"):
+            if attrs.get("train", True) and attrs.get("p", 0.5) > 0:
+                return True
+        if base == "scaled_dot_product_attention" and attrs.get("dropout_p", 0.0) > 0:
+            return True
+        if base in ("bernoulli", "rand", "randn", "rand_like", "randn_like", "randint", "multinomial"):
+            return True
+    return False
+
+
 @contextlib.contextmanager
 def _deadline(seconds: int) -> Iterator[None]:
     def on_alarm(signum: int, frame: FrameType | None) -> None:
@@ -172,6 +192,8 @@ def export_case(module: OneOp, inputs: tuple[torch.Tensor, ...], out_dir: Path, 
         stray = [w.name for w in ir.weights if w.name not in ir.constants]
         if stray:
             raise ValueError(f"IR reads weights {stray}; a one-op module has none")
+        if _draws_random(common.ir_to_json_dict(ir)["nodes"]):
+            raise RandomSample
         ir_dict = common.save_ir(ir, out_dir / f"{case.id}.ir.json")
         case.op_types = [n["op_type"] for n in ir_dict["nodes"]]
         io = {f"input.{m.name}": x for m, x in zip(ir.graph_inputs, inputs, strict=True)}
@@ -180,7 +202,7 @@ def export_case(module: OneOp, inputs: tuple[torch.Tensor, ...], out_dir: Path, 
         if ir.weights:  # the lifted constants (a mask, a window), keyed by the IR's weight names
             consts = {w.name: ir.constants[w.name] for w in ir.weights}
             common.save_tensors(consts, out_dir / f"{case.id}.weights.safetensors")
-    except ZeroElementOutput:
+    except (ZeroElementOutput, RandomSample):
         raise
     except Exception as e:  # noqa: BLE001 - any failure of eager or torch_ir is this case's export error
         case.error = _first_line(e)
@@ -228,7 +250,7 @@ def export_op(op: Any, out_dir: Path) -> OpRecord:
                 )
                 try:
                     export_case(module, inputs, out_dir, case)
-                except ZeroElementOutput:
+                except (ZeroElementOutput, RandomSample):
                     continue
                 n += 1
                 if case.error is None and not decided:

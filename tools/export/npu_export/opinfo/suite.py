@@ -30,7 +30,7 @@ from . import check, export, report
 ROOT = Path(__file__).resolve().parents[4]
 COVERAGE_JSON = ROOT / "benchmarks" / "results" / "op-coverage.json"
 COVERAGE_MD = ROOT / "docs" / "op-coverage.md"
-_EXPORT_SOURCES = ("opinfo/export.py", "opinfo/scope.py", "common.py")
+_EXPORT_SOURCES = ("opinfo/export.py", "opinfo/scope.py", "common.py", "__init__.py")
 
 
 def cache_dir(base: Path) -> Path:
@@ -39,6 +39,7 @@ def cache_dir(base: Path) -> Path:
     pkg = Path(__file__).resolve().parents[1]
     for rel in _EXPORT_SOURCES:
         h.update((pkg / rel).read_bytes())
+    h.update((ROOT / "python" / "npu" / "_torch_ir_compat.py").read_bytes())
     return base / f"torch-{torch.__version__}-ir-{torch_ir.__version__}-{h.hexdigest()[:12]}"
 
 

@@ -178,3 +178,59 @@ pub fn elu(em: &mut Emitter) -> R<()> {
     let r = em.scale(s, scale);
     em.bind(0, r)
 }
+
+/// `prelu(x, w)`: `x > 0 ? x : w * x`, `w` per channel (dim 1) or a single value.
+pub fn prelu(em: &mut Emitter) -> R<()> {
+    let (x, w) = (em.input(0)?, em.input(1)?);
+    let xs = em.shape(x);
+    let c = em.ty(w).numel();
+    let w = if c == 1 {
+        em.reshape(w, &[])
+    } else {
+        let d = usize::from(xs.len() >= 2);
+        if xs.get(d) != Some(&c) {
+            return Err(format!("{c} prelu weights for a {xs:?} input"));
+        }
+        let mut shape = vec![c];
+        shape.resize(xs.len() - d, 1);
+        em.reshape(w, &shape)
+    };
+    let pos = em.compare_scalar(BinaryOp::Gt, x, 0.0);
+    let neg = em.mul(w, x)?;
+    let r = em.select(pos, x, neg)?;
+    em.bind(0, r)
+}
+
+/// `float_power`: both operands in float64, then `pow`.
+pub fn float_power(em: &mut Emitter) -> R<()> {
+    let &Composite::FloatPower { scalar, scalar_lhs } = em.composite()? else {
+        return Err("internal: not float_power".into());
+    };
+    let x = em.input(0)?;
+    let x = em.cast(x, DType::F64);
+    let r = match scalar {
+        Some(s) if scalar_lhs => em.rscalar(BinaryOp::Pow, s, x),
+        Some(s) => em.scalar(BinaryOp::Pow, x, s),
+        None => {
+            let y = em.input(1)?;
+            let y = em.cast(y, DType::F64);
+            em.binary(BinaryOp::Pow, x, y)?
+        }
+    };
+    em.bind(0, r)
+}
+
+/// `one_hot(x, C)`: `x[..., None] == arange(C)` as int64.
+pub fn one_hot(em: &mut Emitter) -> R<()> {
+    let &Composite::OneHot { num_classes } = em.composite()? else {
+        return Err("internal: not one_hot".into());
+    };
+    let x = em.input(0)?;
+    let mut shape = em.shape(x);
+    shape.push(1);
+    let col = em.reshape(x, &shape);
+    let classes = em.arange(num_classes, em.dtype(x));
+    let hot = em.compare(BinaryOp::Eq, col, classes)?;
+    let r = em.cast(hot, DType::I64);
+    em.bind(0, r)
+}

@@ -2,8 +2,8 @@
 //! metadata (shape, dtype) follows ATen's rules, and returns its value.
 
 use npu_ir::{
-    BinaryOp, Composite, DType, Graph, MinMax, Node, NodeId, Op, TensorType, UnaryOp, ValueId,
-    ValueKind,
+    BinaryOp, Composite, DType, Graph, MinMax, Node, NodeId, Op, TensorType, TernaryOp, UnaryOp,
+    ValueId, ValueKind,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -325,6 +325,67 @@ impl<'a> Emitter<'a> {
         } else {
             self.scalar(BinaryOp::Mul, x, s)
         }
+    }
+
+    /// `a op b` for a comparison `op` (a bool result), with broadcasting.
+    pub fn compare(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> R<ValueId> {
+        let shape = broadcast(&self.ty(a).shape, &self.ty(b).shape)?;
+        Ok(self.emit1(
+            Op::Binary { op, alpha: 1.0 },
+            vec![a, b],
+            TensorType {
+                shape,
+                dtype: DType::Bool,
+            },
+        ))
+    }
+
+    /// `x op s` for a comparison `op` (a bool result).
+    pub fn compare_scalar(&mut self, op: BinaryOp, x: ValueId, s: f64) -> ValueId {
+        let shape = self.shape(x);
+        self.emit1(
+            Op::BinaryScalar {
+                op,
+                scalar: s,
+                scalar_lhs: false,
+            },
+            vec![x],
+            TensorType {
+                shape,
+                dtype: DType::Bool,
+            },
+        )
+    }
+
+    /// `cond ? a : b`, broadcast; the result has the promoted dtype of `a` and `b`.
+    pub fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> R<ValueId> {
+        let ab = broadcast(&self.ty(a).shape, &self.ty(b).shape)?;
+        let shape = broadcast(&self.ty(cond).shape, &ab)?;
+        let dtype = promote(self.dtype(a), self.dtype(b));
+        Ok(self.emit1(
+            Op::Ternary {
+                op: TernaryOp::Where,
+                scalars: [None; 3],
+            },
+            vec![cond, a, b],
+            TensorType { shape, dtype },
+        ))
+    }
+
+    /// `[0, 1, .., n - 1]` as `dtype`.
+    pub fn arange(&mut self, n: usize, dtype: DType) -> ValueId {
+        self.emit1(
+            Op::Arange {
+                start: 0.0,
+                end: n as f64,
+                step: 1.0,
+            },
+            vec![],
+            TensorType {
+                shape: vec![n],
+                dtype,
+            },
+        )
     }
 
     pub fn clamp(&mut self, x: ValueId, min: Option<f64>, max: Option<f64>) -> ValueId {

@@ -1,8 +1,8 @@
 //! Linear algebra onto `matmul` + views: addmv/addr/baddbmm, mv/dot/outer, einsum (pairwise
-//! contractions as batched matmuls), conv1d and unbatched conv2d onto the conv2d kernel.
+//! contractions as batched matmuls), tensordot, addbmm.
 
-use super::emit::{Emitter, R};
-use npu_ir::{Composite, Op, Padding1d, TensorType, ValueId};
+use super::emit::{dim, Emitter, R};
+use npu_ir::{Composite, Op, ValueId};
 use std::collections::HashMap;
 
 /// `beta * x + alpha * m`; `x` is ignored when beta is 0 (ATen does not propagate its NaNs).
@@ -92,88 +92,6 @@ pub fn outer(em: &mut Emitter) -> R<()> {
     let (a, b) = (em.input(0)?, em.input(1)?);
     let r = outer_of(em, a, b)?;
     em.bind(0, r)
-}
-
-/// conv1d as conv2d over `[N, C, 1, L]`; an unbatched `[C, L]` input gets a batch of one;
-/// `padding="same"` with an odd total pads the extra column on the right, as ATen does.
-pub fn conv1d(em: &mut Emitter) -> R<()> {
-    let &Composite::Conv1d {
-        stride,
-        padding,
-        dilation,
-        groups,
-    } = em.composite()?
-    else {
-        return Err("internal: not conv1d".into());
-    };
-    let (x, w) = (em.input(0)?, em.input(1)?);
-    let (xs, ws) = (em.shape(x), em.shape(w));
-    let (n, c, l) = match xs.as_slice() {
-        [n, c, l] => (*n, *c, *l),
-        [c, l] => (1, *c, *l),
-        _ => return Err(format!("conv1d of a {xs:?} input")),
-    };
-    let [o, ci, k] = ws[..] else {
-        return Err(format!("conv1d with a {ws:?} weight"));
-    };
-    let mut x4 = em.reshape(x, &[n, c, 1, l]);
-    let pad = match padding {
-        Padding1d::Explicit(p) => p,
-        Padding1d::Valid => 0,
-        Padding1d::Same => {
-            let total = dilation * (k.max(1) - 1);
-            let left = total / 2;
-            if total - left > left {
-                let dtype = em.dtype(x4);
-                let z = em.full(&[n, c, 1, total - 2 * left], dtype, 0.0);
-                x4 = em.cat(vec![x4, z], 3)?;
-            }
-            left
-        }
-    };
-    let w4 = em.reshape(w, &[o, ci, 1, k]);
-    let mut inputs = vec![x4, w4];
-    inputs.extend(em.input(2).ok());
-    let out = em.shape(em.output(0)?);
-    let lout = *out.last().ok_or("conv1d output of rank 0")?;
-    let ty = TensorType {
-        shape: vec![n, o, 1, lout],
-        dtype: em.dtype(em.output(0)?),
-    };
-    let y = em.emit1(
-        Op::Conv2d {
-            stride: [1, stride],
-            padding: [0, pad],
-            dilation: [1, dilation],
-            groups,
-        },
-        inputs,
-        ty,
-    );
-    em.bind(0, y)
-}
-
-/// conv2d of an unbatched `[C, H, W]` input: a batch of one.
-pub fn conv2d_unbatched(em: &mut Emitter) -> R<()> {
-    let op = em.node.op.clone();
-    let x = em.input(0)?;
-    let mut s = vec![1];
-    s.extend(em.shape(x));
-    let x4 = em.reshape(x, &s);
-    let mut inputs = vec![x4];
-    inputs.extend(em.node.inputs.get(1..).unwrap_or(&[]).iter().copied());
-    let out = em.ty(em.output(0)?).clone();
-    let mut shape = vec![1];
-    shape.extend(&out.shape);
-    let y = em.emit1(
-        op,
-        inputs,
-        TensorType {
-            shape,
-            dtype: out.dtype,
-        },
-    );
-    em.bind(0, y)
 }
 
 /// One einsum operand: its value and the label of each of its dims.
@@ -384,5 +302,83 @@ pub fn einsum(em: &mut Emitter) -> R<()> {
     }
     let acc = sum_out(em, acc, &|c| out.contains(&c));
     let r = arrange(em, &acc, &out, &size);
+    em.bind(0, r)
+}
+
+/// `tensordot(a, b, dims_a, dims_b)`: the contracted dims of `a` moved last and those of
+/// `b` first, both flattened to matrices, one matmul, the free dims restored.
+pub fn tensordot(em: &mut Emitter) -> R<()> {
+    let Composite::Tensordot { dims_a, dims_b } = em.composite()? else {
+        return Err("internal: not tensordot".into());
+    };
+    let (mut a, mut b) = (em.input(0)?, em.input(1)?);
+    let (sa, sb) = (em.shape(a), em.shape(b));
+    if sa.is_empty() || sb.is_empty() {
+        // `inner` with a 0-d operand is a product
+        let r = em.mul(a, b)?;
+        return em.bind(0, r);
+    }
+    let norm = |dims: &[i64], rank: usize| -> R<Vec<usize>> {
+        dims.iter().map(|&d| dim(d, rank)).collect()
+    };
+    let (ca, cb) = (norm(dims_a, sa.len())?, norm(dims_b, sb.len())?);
+    if ca.len() != cb.len() {
+        return Err(format!(
+            "contracting dims {dims_a:?} of {sa:?} with {dims_b:?} of {sb:?}"
+        ));
+    }
+    // A size-1 dim contracts with any size, as ATen broadcasts it: the other operand is
+    // summed over its dim first.
+    for (&i, &j) in ca.iter().zip(&cb) {
+        match (sa[i], sb[j]) {
+            (x, y) if x == y => {}
+            (_, 1) => a = em.sum(a, &[i], true),
+            (1, _) => b = em.sum(b, &[j], true),
+            _ => {
+                return Err(format!(
+                    "contracting dims {dims_a:?} of {sa:?} with {dims_b:?} of {sb:?}"
+                ))
+            }
+        }
+    }
+    let (sa, sb) = (em.shape(a), em.shape(b));
+    let free_a: Vec<usize> = (0..sa.len()).filter(|d| !ca.contains(d)).collect();
+    let free_b: Vec<usize> = (0..sb.len()).filter(|d| !cb.contains(d)).collect();
+    let k: usize = ca.iter().map(|&d| sa[d]).product();
+    let m: usize = free_a.iter().map(|&d| sa[d]).product();
+    let n: usize = free_b.iter().map(|&d| sb[d]).product();
+    let pa: Vec<usize> = free_a.iter().chain(&ca).copied().collect();
+    let pb: Vec<usize> = cb.iter().chain(&free_b).copied().collect();
+    let at = em.permute(a, &pa);
+    let am = em.reshape(at, &[m, k]);
+    let bt = em.permute(b, &pb);
+    let bm = em.reshape(bt, &[k, n]);
+    let r = em.matmul(am, bm)?;
+    let out = em.shape(em.output(0)?);
+    let r = em.reshape(r, &out);
+    em.bind(0, r)
+}
+
+/// `addbmm(x, b1 [B, n, m], b2 [B, m, p])`: the batch folded into the contraction,
+/// `[n, B*m] @ [B*m, p]`, then `beta * x + alpha * that`.
+pub fn addbmm(em: &mut Emitter) -> R<()> {
+    let &Composite::Addbmm { beta, alpha } = em.composite()? else {
+        return Err("internal: not addbmm".into());
+    };
+    let (x, b1, b2) = (em.input(0)?, em.input(1)?, em.input(2)?);
+    let (s1, s2) = (em.shape(b1), em.shape(b2));
+    let (&[bb, n, m], &[bb2, m2, p]) = (s1.as_slice(), s2.as_slice()) else {
+        return Err(format!("addbmm of {s1:?} and {s2:?}"));
+    };
+    if bb != bb2 || m != m2 {
+        return Err(format!("addbmm of {s1:?} and {s2:?}"));
+    }
+    let t = em.transpose(b1, 0, 1);
+    let a = em.reshape(t, &[n, bb * m]);
+    let b = em.reshape(b2, &[bb * m, p]);
+    let mm = em.matmul(a, b)?;
+    let r = beta_alpha(em, x, mm, beta, alpha)?;
+    let out = em.shape(em.output(0)?);
+    let r = em.expand(r, &out);
     em.bind(0, r)
 }

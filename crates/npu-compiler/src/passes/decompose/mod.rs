@@ -13,8 +13,10 @@
 //! of any length are safe; nodes without a rule pass through untouched; running it on its
 //! own output changes nothing; node order stays topological.
 
+mod conv;
 mod elementwise;
 pub mod emit;
+mod indexing;
 mod linalg;
 mod norms;
 mod reductions;
@@ -56,7 +58,7 @@ pub fn rule(node: &Node, graph: &Graph) -> Option<Rule> {
             Composite::Addmv { .. } => linalg::addmv,
             Composite::Addr { .. } => linalg::addr,
             Composite::Einsum { .. } => linalg::einsum,
-            Composite::Conv1d { .. } => linalg::conv1d,
+            Composite::Conv1d { .. } => conv::conv1d,
             Composite::Mv => linalg::mv,
             Composite::Dot => linalg::dot,
             Composite::Outer => linalg::outer,
@@ -67,6 +69,22 @@ pub fn rule(node: &Node, graph: &Graph) -> Option<Rule> {
             Composite::Unbind { .. } => views::unbind,
             Composite::Repeat { .. } => shape_ops::repeat,
             Composite::ConstantPad { .. } => shape_ops::constant_pad,
+            Composite::ViewEach { .. } => views::view_each,
+            Composite::Stack { .. } => shape_ops::stack,
+            Composite::Narrow { .. } => views::narrow,
+            Composite::TensorSplit { .. } => views::tensor_split,
+            Composite::Aminmax { .. } => reductions::aminmax,
+            Composite::ChannelShuffle { .. } => views::channel_shuffle,
+            Composite::Tensordot { .. } => linalg::tensordot,
+            Composite::Prelu => elementwise::prelu,
+            Composite::Nansum { .. } => reductions::nansum,
+            Composite::FloatPower { .. } => elementwise::float_power,
+            Composite::OneHot { .. } => elementwise::one_hot,
+            Composite::RepeatInterleave { .. } => shape_ops::repeat_interleave,
+            Composite::Addbmm { .. } => linalg::addbmm,
+            Composite::IndexReduce { .. } => indexing::index_reduce,
+            Composite::BatchNormTrain { .. } => norms::batch_norm_train,
+            Composite::ConvStringPadding { .. } => conv::conv_string_padding,
         },
         Op::Baddbmm { .. } => linalg::baddbmm,
         Op::GroupNorm { .. } => norms::group_norm,
@@ -75,7 +93,7 @@ pub fn rule(node: &Node, graph: &Graph) -> Option<Rule> {
             normalized_shape, ..
         } if normalized_shape.len() > 1 => norms::layer_norm_multi,
         // conv2d of an unbatched [C, H, W] input
-        Op::Conv2d { .. } if rank0 == 3 => linalg::conv2d_unbatched,
+        Op::Conv2d { .. } if rank0 == 3 => conv::conv2d_unbatched,
         _ => return None,
     })
 }

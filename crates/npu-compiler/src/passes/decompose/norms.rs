@@ -92,14 +92,26 @@ pub fn group_norm(em: &mut Emitter) -> R<()> {
 
 /// `native_group_norm`: group_norm plus the per-group mean and rstd [N, G].
 pub fn native_group_norm(em: &mut Emitter) -> R<()> {
-    let &Composite::NativeGroupNorm { groups, eps } = em.composite()? else {
+    let &Composite::NativeGroupNorm {
+        groups,
+        eps,
+        bias_only,
+    } = em.composite()?
+    else {
         return Err("internal: not native_group_norm".into());
     };
     let x = em.input(0)?;
     let y = group_normalize(em, x, groups, eps)?;
-    let (w, b) = (em.input(1).ok(), em.input(2).ok());
+    let (w, b) = if bias_only {
+        (None, em.input(1).ok())
+    } else {
+        (em.input(1).ok(), em.input(2).ok())
+    };
     let y = channel_affine(em, y, w, b)?;
     em.bind(0, y)?;
+    if em.node.outputs.len() == 1 {
+        return Ok(()); // group_norm
+    }
     let shape = em.shape(x);
     let m = shape.iter().skip(1).product::<usize>() / groups;
     let xr = em.reshape(x, &[shape[0], groups, m]);
@@ -195,13 +207,23 @@ pub fn native_layer_norm(em: &mut Emitter) -> R<()> {
     let Composite::NativeLayerNorm {
         normalized_shape,
         eps,
+        bias_only,
     } = em.composite()?
     else {
         return Err("internal: not native_layer_norm".into());
     };
-    let affine = em.node.inputs.get(1..).unwrap_or(&[]).to_vec();
-    let y = layer_norm_flat(em, normalized_shape, *eps, &affine)?;
+    let y = if *bias_only {
+        let y = layer_norm_flat(em, normalized_shape, *eps, &[])?;
+        let b = em.input(1)?;
+        em.add(y, b)?
+    } else {
+        let affine = em.node.inputs.get(1..).unwrap_or(&[]).to_vec();
+        layer_norm_flat(em, normalized_shape, *eps, &affine)?
+    };
     em.bind(0, y)?;
+    if em.node.outputs.len() == 1 {
+        return Ok(()); // layer_norm
+    }
     let x = em.input(0)?;
     let rank = em.ty(x).rank();
     let dims: Vec<usize> = (rank - normalized_shape.len()..rank).collect();
@@ -248,4 +270,43 @@ pub fn rms_norm(em: &mut Emitter) -> R<()> {
         None => y,
     };
     em.bind(0, y)
+}
+
+/// Batch norm in training mode: each channel (dim 1) normalized with the batch's mean and
+/// biased variance over every other dim; the native forms also return that mean and the
+/// rstd, as [C].
+pub fn batch_norm_train(em: &mut Emitter) -> R<()> {
+    let &Composite::BatchNormTrain { eps, present } = em.composite()? else {
+        return Err("internal: not a training batch_norm".into());
+    };
+    let x = em.input(0)?;
+    let shape = em.shape(x);
+    if shape.len() < 2 {
+        return Err(format!("batch_norm of a {shape:?} input"));
+    }
+    let mut next = 1;
+    let mut slot = |p: bool| -> R<Option<ValueId>> {
+        if !p {
+            return Ok(None);
+        }
+        next += 1;
+        em.input(next - 1).map(Some)
+    };
+    let (w, b) = (slot(present[0])?, slot(present[1])?);
+    let dims: Vec<usize> = (0..shape.len()).filter(|&d| d != 1).collect();
+    let (mu, rstd) = stats(em, x, &dims, eps)?;
+    let xf = em.upcast(x);
+    let d = em.sub(xf, mu)?;
+    let y = em.mul(d, rstd)?;
+    let y = channel_affine(em, y, w, b)?;
+    let y = em.cast(y, em.dtype(x));
+    em.bind(0, y)?;
+    if em.node.outputs.len() == 3 {
+        let c = shape[1];
+        let m = em.reshape(mu, &[c]);
+        em.bind(1, m)?;
+        let r = em.reshape(rstd, &[c]);
+        em.bind(2, r)?;
+    }
+    Ok(())
 }

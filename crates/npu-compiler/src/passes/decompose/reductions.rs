@@ -122,8 +122,14 @@ pub fn cosine_similarity(em: &mut Emitter) -> R<()> {
     let &Composite::CosineSimilarity { dim: dm, eps } = em.composite()? else {
         return Err("internal: not cosine_similarity".into());
     };
-    let (a, b) = (em.input(0)?, em.input(1)?);
-    let shape = super::emit::broadcast(&em.shape(a), &em.shape(b))?;
+    let (mut a, mut b) = (em.input(0)?, em.input(1)?);
+    let mut shape = super::emit::broadcast(&em.shape(a), &em.shape(b))?;
+    if shape.is_empty() {
+        // 0-d operands: ATen reduces over their one element
+        shape = vec![1];
+        a = em.reshape(a, &shape);
+        b = em.reshape(b, &shape);
+    }
     let d = dim(dm, shape.len())?;
     let mut unit = Vec::new();
     for v in [a, b] {
@@ -137,5 +143,62 @@ pub fn cosine_similarity(em: &mut Emitter) -> R<()> {
     }
     let p = em.mul(unit[0], unit[1])?;
     let r = em.sum(p, &[d], false);
+    em.bind(0, r)
+}
+
+/// `aminmax`: `amin` and `amax` over `dim` (all dims when None).
+pub fn aminmax(em: &mut Emitter) -> R<()> {
+    let &Composite::Aminmax { dim: d, keepdim } = em.composite()? else {
+        return Err("internal: not aminmax".into());
+    };
+    let x = em.input(0)?;
+    let rank = em.ty(x).rank();
+    let (x, dims, keepdim) = match d {
+        // over a 0-d tensor's one element: shape [] either way
+        _ if rank == 0 => (x, vec![], false),
+        Some(d) => (x, vec![dim(d, rank)?], keepdim),
+        None => (x, (0..rank).collect(), false),
+    };
+    for (i, op) in [MinMax::Min, MinMax::Max].into_iter().enumerate() {
+        let r = if dims.is_empty() {
+            x
+        } else {
+            em.min_max(op, x, &dims, keepdim)
+        };
+        em.bind(i, r)?;
+    }
+    Ok(())
+}
+
+/// `nansum`: NaN read as 0, then a sum (over all dims when none are given).
+pub fn nansum(em: &mut Emitter) -> R<()> {
+    let Composite::Nansum { dims, keepdim } = em.composite()? else {
+        return Err("internal: not nansum".into());
+    };
+    let x = em.input(0)?;
+    let rank = em.ty(x).rank();
+    let d = reduce_dims(dims, rank)?;
+    let x = if em.dtype(x).is_float() {
+        let shape = em.shape(x);
+        let nan = em.emit1(
+            Op::Unary(UnaryOp::IsNan),
+            vec![x],
+            TensorType {
+                shape,
+                dtype: DType::Bool,
+            },
+        );
+        let zero = em.full(&[], em.dtype(x), 0.0);
+        em.select(nan, zero, x)?
+    } else {
+        x
+    };
+    let out = em.ty(em.output(0)?).clone();
+    let x = em.cast(x, out.dtype);
+    let r = if rank == 0 {
+        x
+    } else {
+        em.sum(x, &d, *keepdim)
+    };
     em.bind(0, r)
 }

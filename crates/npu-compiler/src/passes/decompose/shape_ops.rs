@@ -1,7 +1,8 @@
-//! Shape composites that move or combine data: diff, repeat/tile, constant padding.
+//! Shape composites that move or combine data: diff, repeat/tile, constant padding, the
+//! `*stack` family, repeat_interleave.
 
 use super::emit::{dim, Emitter, R};
-use npu_ir::{BinaryOp, Composite, DType, Op};
+use npu_ir::{BinaryOp, Composite, DType, Op, StackKind};
 
 /// `diff(x, n, dim, prepend?, append?)`: `cat(prepend, x, append)` then `n` times
 /// `t[1:] - t[:-1]` along `dim` (`xor` for bools, as ATen).
@@ -121,4 +122,72 @@ pub fn constant_pad(em: &mut Emitter) -> R<()> {
         t = em.cat(all, d)?;
     }
     em.bind(0, t)
+}
+
+/// `hstack`/`vstack`/`dstack`/`column_stack`: each input viewed with the kind's minimum
+/// rank (ATen's `atleast_Nd`; columns for `column_stack`) and cast to the result dtype,
+/// then concatenated.
+pub fn stack(em: &mut Emitter) -> R<()> {
+    let &Composite::Stack { kind } = em.composite()? else {
+        return Err("internal: not a *stack".into());
+    };
+    let out = em.ty(em.output(0)?).clone();
+    let mut parts = Vec::new();
+    for i in 0..em.node.inputs.len() {
+        let x = em.input(i)?;
+        let s = em.shape(x);
+        let shape = match (kind, s.as_slice()) {
+            (StackKind::H, []) => vec![1],
+            (StackKind::V, []) | (StackKind::Column, []) => vec![1, 1],
+            (StackKind::V, [n]) => vec![1, *n],
+            (StackKind::Column, [n]) => vec![*n, 1],
+            (StackKind::D, []) => vec![1, 1, 1],
+            (StackKind::D, [n]) => vec![1, *n, 1],
+            (StackKind::D, [m, n]) => vec![*m, *n, 1],
+            _ => s,
+        };
+        let v = em.reshape(x, &shape);
+        parts.push(em.cast(v, out.dtype));
+    }
+    let rank = em.ty(*parts.first().ok_or("no inputs")?).rank();
+    let d = match kind {
+        StackKind::H if rank == 1 => 0,
+        StackKind::H | StackKind::Column => 1,
+        StackKind::V => 0,
+        StackKind::D => 2,
+    };
+    let r = em.cat(parts, d)?;
+    em.bind(0, r)
+}
+
+/// `repeat_interleave(x, r, dim)`: `x` viewed with a unit dim after `dim`, expanded to `r`
+/// there and merged into `dim` (over the flattened input when no dim is given).
+pub fn repeat_interleave(em: &mut Emitter) -> R<()> {
+    let &Composite::RepeatInterleave { repeats, dim: d } = em.composite()? else {
+        return Err("internal: not repeat_interleave".into());
+    };
+    let mut x = em.input(0)?;
+    let d = match d {
+        Some(d) => dim(d, em.ty(x).rank())?,
+        None => {
+            let n = em.ty(x).numel();
+            x = em.reshape(x, &[n]);
+            0
+        }
+    };
+    let mut shape = em.shape(x);
+    if shape.is_empty() {
+        shape.push(1);
+        x = em.reshape(x, &shape);
+    }
+    let mut unit = shape.clone();
+    unit.insert(d + 1, 1);
+    let mut big = shape.clone();
+    big.insert(d + 1, repeats);
+    let mut merged = shape;
+    merged[d] *= repeats;
+    let v = em.reshape(x, &unit);
+    let e = em.expand(v, &big);
+    let r = em.reshape(e, &merged);
+    em.bind(0, r)
 }

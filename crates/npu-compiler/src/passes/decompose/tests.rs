@@ -374,6 +374,7 @@ fn native_norms_bind_all_three_outputs() {
         c(Composite::NativeLayerNorm {
             normalized_shape: vec![5],
             eps: 1e-5,
+            bias_only: false,
         }),
         &[x],
         &[(&[2, 4, 5], F), (&[2, 4, 1], F), (&[2, 4, 1], F)],
@@ -383,6 +384,7 @@ fn native_norms_bind_all_three_outputs() {
         c(Composite::NativeGroupNorm {
             groups: 2,
             eps: 1e-5,
+            bias_only: false,
         }),
         &[x],
         &[(&[2, 4, 5], F), (&[2, 2], F), (&[2, 2], F)],

@@ -1,222 +1,10 @@
-//! Composite ATen ops: ops PyTorch defines in terms of others (`diff`, `var`, `einsum`,
-//! `rms_norm`, `conv1d`, ...). They are typed here with their ATen defaults so that the
-//! compiler's decomposition pass (`npu_compiler::passes::decompose`) can rewrite them into
-//! primitives before anything else sees the graph. Pure view aliases (`unflatten`, `ravel`,
-//! `movedim`, `mT`, `numpy_T`, `swapaxes`, `broadcast_to`) become the primitive view ops
-//! directly at parse time.
-//!
-//! Optional tensor arguments: torch_ir records only the tensors that are present, in schema
-//! order, so a present tensor fills the first optional slot (this is also how torch_ir's own
-//! executor reads them): `diff(x, t)` is read as `prepend = t`.
+//! Typing of the composite ops and view aliases from their torch_ir attributes.
 
+use super::{Composite, Moment, Padding1d, SplitAt, StackKind};
 use crate::attrs::{Attrs, Scalar};
 use crate::op::Op;
 use crate::IrError;
-use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
-
-/// Which statistic a `var`/`std` family op returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Moment {
-    Var,
-    Std,
-    /// Two outputs: (var, mean).
-    VarMean,
-    /// Two outputs: (std, mean).
-    StdMean,
-}
-
-/// `conv1d` padding: explicit, or the string forms of `conv1d.padding`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Padding1d {
-    Explicit(usize),
-    Valid,
-    Same,
-}
-
-/// A composite op. Inputs are the node's tensor inputs in schema order (absent optional
-/// tensors are skipped, see the module doc); outputs as in ATen.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Composite {
-    /// `diff(x, n, dim, prepend?, append?)`.
-    Diff {
-        n: usize,
-        dim: i64,
-        prepend: bool,
-        append: bool,
-    },
-    /// `other - alpha * x`; `other` is input 1, or `scalar` when given.
-    Rsub {
-        alpha: f64,
-        scalar: Option<f64>,
-    },
-    Square,
-    /// `x + value * t1 * t2`.
-    Addcmul {
-        value: f64,
-    },
-    /// `x + value * t1 / t2`.
-    Addcdiv {
-        value: f64,
-    },
-    /// `x + w * (end - x)`; `w` is `weight` or input 2.
-    Lerp {
-        weight: Option<f64>,
-    },
-    Glu {
-        dim: i64,
-    },
-    Softplus {
-        beta: f64,
-        threshold: f64,
-    },
-    Mish,
-    /// `scale * (x > 0 ? x : alpha * (exp(x * input_scale) - 1))` (elu, selu, celu).
-    Elu {
-        alpha: f64,
-        scale: f64,
-        input_scale: f64,
-    },
-    /// Empty `dims` = all dims.
-    Logsumexp {
-        dims: Vec<i64>,
-        keepdim: bool,
-    },
-    /// var/std/var_mean/std_mean; `dims` None or empty = all dims.
-    Moments {
-        kind: Moment,
-        dims: Option<Vec<i64>>,
-        correction: f64,
-        keepdim: bool,
-    },
-    /// `linalg_vector_norm`/`norm`: `(sum |x|^ord)^(1/ord)`, max/min |x| for +-inf, count
-    /// of non-zeros for 0. Empty `dims` = all dims.
-    VectorNorm {
-        ord: f64,
-        dims: Vec<i64>,
-        keepdim: bool,
-    },
-    CosineSimilarity {
-        dim: i64,
-        eps: f64,
-    },
-    /// Three outputs (out, mean, rstd). Inputs: x, weight?, bias?.
-    NativeLayerNorm {
-        normalized_shape: Vec<usize>,
-        eps: f64,
-    },
-    /// Inputs: x, weight?. `eps` None = the opmath dtype's machine epsilon.
-    RmsNorm {
-        normalized_shape: Vec<usize>,
-        eps: Option<f64>,
-    },
-    /// Three outputs (out, mean [N, G], rstd [N, G]). Inputs: x, weight?, bias?.
-    NativeGroupNorm {
-        groups: usize,
-        eps: f64,
-    },
-    /// Inputs: x, then (weight, bias)?, then (running_mean, running_var)? — running stats
-    /// are required when `use_input_stats` is false.
-    InstanceNorm {
-        use_input_stats: bool,
-        eps: f64,
-    },
-    /// `beta * x + alpha * (mat @ vec)`.
-    Addmv {
-        beta: f64,
-        alpha: f64,
-    },
-    /// `beta * x + alpha * outer(v1, v2)`.
-    Addr {
-        beta: f64,
-        alpha: f64,
-    },
-    Einsum {
-        equation: String,
-    },
-    Conv1d {
-        stride: usize,
-        padding: Padding1d,
-        dilation: usize,
-        groups: usize,
-    },
-    Mv,
-    Dot,
-    Outer,
-    /// `expand_as(x, other)`: the result shape is the output's.
-    ExpandAs,
-    /// `reshape_as`/`view_as(x, other)`.
-    ReshapeAs,
-    /// `select.int`: index `index` of `dim` (negative counts from the end).
-    Select {
-        dim: i64,
-        index: i64,
-    },
-    /// One output per size.
-    SplitWithSizes {
-        sizes: Vec<usize>,
-        dim: i64,
-    },
-    /// One output per index of `dim`.
-    Unbind {
-        dim: i64,
-    },
-    /// `repeat` (and `tile`, whose dims are padded to the input rank): `repeats.len()` is at
-    /// least the input rank.
-    Repeat {
-        repeats: Vec<usize>,
-    },
-    /// `constant_pad_nd` / `pad(mode="constant")`: pairs (before, after) from the last dim;
-    /// negative amounts crop.
-    ConstantPad {
-        pad: Vec<i64>,
-        value: f64,
-    },
-}
-
-impl Composite {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Composite::Diff { .. } => "diff",
-            Composite::Rsub { .. } => "rsub",
-            Composite::Square => "square",
-            Composite::Addcmul { .. } => "addcmul",
-            Composite::Addcdiv { .. } => "addcdiv",
-            Composite::Lerp { .. } => "lerp",
-            Composite::Glu { .. } => "glu",
-            Composite::Softplus { .. } => "softplus",
-            Composite::Mish => "mish",
-            Composite::Elu { .. } => "elu",
-            Composite::Logsumexp { .. } => "logsumexp",
-            Composite::Moments { kind, .. } => match kind {
-                Moment::Var => "var",
-                Moment::Std => "std",
-                Moment::VarMean => "var_mean",
-                Moment::StdMean => "std_mean",
-            },
-            Composite::VectorNorm { .. } => "vector_norm",
-            Composite::CosineSimilarity { .. } => "cosine_similarity",
-            Composite::NativeLayerNorm { .. } => "native_layer_norm",
-            Composite::RmsNorm { .. } => "rms_norm",
-            Composite::NativeGroupNorm { .. } => "native_group_norm",
-            Composite::InstanceNorm { .. } => "instance_norm",
-            Composite::Addmv { .. } => "addmv",
-            Composite::Addr { .. } => "addr",
-            Composite::Einsum { .. } => "einsum",
-            Composite::Conv1d { .. } => "conv1d",
-            Composite::Mv => "mv",
-            Composite::Dot => "dot",
-            Composite::Outer => "outer",
-            Composite::ExpandAs => "expand_as",
-            Composite::ReshapeAs => "reshape_as",
-            Composite::Select { .. } => "select",
-            Composite::SplitWithSizes { .. } => "split_with_sizes",
-            Composite::Unbind { .. } => "unbind",
-            Composite::Repeat { .. } => "repeat",
-            Composite::ConstantPad { .. } => "constant_pad",
-        }
-    }
-}
 
 fn norm_dim(d: i64, rank: usize) -> Option<usize> {
     let r = rank.max(1) as i64;
@@ -276,6 +64,33 @@ fn movedim_perm(a: &Attrs, rank: usize) -> Result<Vec<i64>, IrError> {
         .ok_or_else(|| bad("repeated source dim"))
 }
 
+/// For a norm taking `(x, weight?, bias?)` with `n_inputs` tensors: true when the one
+/// affine tensor given is the bias. One affine tensor whose slot nothing records is refused
+/// rather than guessed (see [`Attrs::optional_tensors`]).
+pub(crate) fn bias_only(a: &Attrs, n_inputs: usize) -> Result<bool, IrError> {
+    let n = n_inputs.saturating_sub(1);
+    match a.optional_tensors(&["weight", "bias"], n)? {
+        Some(mask) => Ok(mask == [false, true]),
+        None => Err(a.err(
+            crate::ABSENT_TENSORS,
+            "one affine tensor is given and the IR does not say whether it is the weight or \
+             the bias (torch_ir drops absent optional tensors; export with npu's exporter, \
+             which records them, or name the parameter ..weight/..bias)",
+        )),
+    }
+}
+
+fn ambiguous(a: &Attrs, slots: &str) -> IrError {
+    a.err(
+        crate::ABSENT_TENSORS,
+        format!(
+            "some of the optional tensors ({slots}) are given and the IR does not say which \
+             (torch_ir drops absent optional tensors; export with npu's exporter, which \
+             records them)"
+        ),
+    )
+}
+
 /// Types the composite ops and the view aliases; `None` when `name.overload` is not one.
 /// Called for ops the main table in `op.rs` does not know.
 pub(crate) fn parse(
@@ -300,13 +115,21 @@ pub(crate) fn parse(
         })
     };
     match (name, overload) {
-        ("diff", "default") => c(Composite::Diff {
-            n: usize::try_from(a.i64_or("n", 1)?)
-                .map_err(|_| a.err("n", "must be non-negative"))?,
-            dim: a.i64_or("dim", -1)?,
-            prepend: n_inputs >= 2,
-            append: n_inputs >= 3,
-        }),
+        ("diff", "default") => {
+            // one extra tensor is the prepend unless the exporter says otherwise (torch_ir's
+            // own executor reads it so)
+            let extra = n_inputs.saturating_sub(1);
+            let mask = a
+                .optional_tensors(&["prepend", "append"], extra)?
+                .unwrap_or_else(|| vec![extra >= 1, extra >= 2]);
+            c(Composite::Diff {
+                n: usize::try_from(a.i64_or("n", 1)?)
+                    .map_err(|_| a.err("n", "must be non-negative"))?,
+                dim: a.i64_or("dim", -1)?,
+                prepend: mask[0],
+                append: mask[1],
+            })
+        }
         ("rsub", "Tensor") => c(Composite::Rsub {
             alpha: a.f64_or("alpha", 1.0)?,
             scalar: if n_inputs >= 2 {
@@ -390,6 +213,7 @@ pub(crate) fn parse(
         ("native_layer_norm", "default") => c(Composite::NativeLayerNorm {
             normalized_shape: non_negative(a, "normalized_shape", a.ints("normalized_shape")?)?,
             eps: a.f64_or("eps", 1e-5)?,
+            bias_only: bias_only(a, n_inputs)?,
         }),
         ("rms_norm", "default") => c(Composite::RmsNorm {
             normalized_shape: non_negative(a, "normalized_shape", a.ints("normalized_shape")?)?,
@@ -403,6 +227,7 @@ pub(crate) fn parse(
             c(Composite::NativeGroupNorm {
                 groups: g as usize,
                 eps: a.f64_or("eps", 1e-5)?,
+                bias_only: bias_only(a, n_inputs)?,
             })
         }
         ("instance_norm", "default") => c(Composite::InstanceNorm {
@@ -449,7 +274,11 @@ pub(crate) fn parse(
             })
         }
         ("mv", "default") => c(Composite::Mv),
-        ("dot" | "inner" | "vdot", "default") if in_rank == 1 => c(Composite::Dot),
+        ("inner", "default") => c(Composite::Tensordot {
+            dims_a: vec![-1],
+            dims_b: vec![-1],
+        }),
+        ("dot" | "vdot", "default") if in_rank == 1 => c(Composite::Dot),
         ("outer" | "ger", "default") => c(Composite::Outer),
         ("expand_as", "default") => c(Composite::ExpandAs),
         ("reshape_as" | "view_as", "default") => c(Composite::ReshapeAs),
@@ -500,6 +329,145 @@ pub(crate) fn parse(
             // reflect/replicate/circular are not composites of these primitives
             Some(_) => Ok(None),
         },
+        ("atleast_1d" | "atleast_2d" | "atleast_3d", "default") => Ok(Some(Op::Reshape)),
+        ("atleast_1d" | "atleast_2d" | "atleast_3d", "Sequence") => {
+            c(Composite::ViewEach { expand: false })
+        }
+        ("broadcast_tensors", "default") => c(Composite::ViewEach { expand: true }),
+        ("hstack", "default") => c(Composite::Stack { kind: StackKind::H }),
+        ("vstack" | "row_stack", "default") => c(Composite::Stack { kind: StackKind::V }),
+        ("dstack", "default") => c(Composite::Stack { kind: StackKind::D }),
+        ("column_stack", "default") => c(Composite::Stack {
+            kind: StackKind::Column,
+        }),
+        ("narrow", "default") => c(Composite::Narrow {
+            dim: a.i64_or("dim", 0)?,
+            start: a.i64_or("start", 0)?,
+            length: usize::try_from(a.i64_or("length", 0)?)
+                .map_err(|_| a.err("length", "must be non-negative"))?,
+        }),
+        ("tensor_split", "indices") => c(Composite::TensorSplit {
+            dim: a.i64_or("dim", 0)?,
+            split: SplitAt::Indices(a.ints("indices")?),
+        }),
+        ("tensor_split", "sections") => {
+            let n = a.i64_or("sections", 0)?;
+            if n < 1 {
+                return Err(a.err("sections", "must be at least 1"));
+            }
+            c(Composite::TensorSplit {
+                dim: a.i64_or("dim", 0)?,
+                split: SplitAt::Sections(n as usize),
+            })
+        }
+        ("aminmax", "default") => c(Composite::Aminmax {
+            dim: a.has("dim").then(|| a.i64_or("dim", 0)).transpose()?,
+            keepdim: a.bool_or("keepdim", false)?,
+        }),
+        ("channel_shuffle" | "native_channel_shuffle", "default") => {
+            let g = a.i64_or("groups", 0)?;
+            if g < 1 {
+                return Err(a.err("groups", "must be at least 1"));
+            }
+            c(Composite::ChannelShuffle { groups: g as usize })
+        }
+        ("tensordot", "default") => c(Composite::Tensordot {
+            dims_a: a.ints_or("dims_self", 1, &[])?,
+            dims_b: a.ints_or("dims_other", 1, &[])?,
+        }),
+        ("prelu" | "_prelu_kernel", "default") => c(Composite::Prelu),
+        ("nansum", "default") => c(Composite::Nansum {
+            dims: a.ints_or("dim", 1, &[])?,
+            keepdim: a.bool_or("keepdim", false)?,
+        }),
+        ("float_power", "Tensor_Tensor") => c(Composite::FloatPower {
+            scalar: None,
+            scalar_lhs: false,
+        }),
+        ("float_power", "Tensor_Scalar") => c(Composite::FloatPower {
+            scalar: Some(a.f64_or("exponent", 1.0)?),
+            scalar_lhs: false,
+        }),
+        ("float_power", "Scalar") => c(Composite::FloatPower {
+            scalar: Some(a.f64_or("self", 1.0)?),
+            scalar_lhs: true,
+        }),
+        ("scalar_tensor", "default") => Ok(Some(Op::Full {
+            value: a.f64_or("s", 0.0)?,
+        })),
+        ("one_hot", "default") => {
+            let n = a.i64_or("num_classes", -1)?;
+            if n < 1 {
+                return Err(a.err(
+                    "num_classes",
+                    "num_classes = -1 takes the class count from the data (a dynamic shape)",
+                ));
+            }
+            c(Composite::OneHot {
+                num_classes: n as usize,
+            })
+        }
+        ("repeat_interleave", "self_int") => c(Composite::RepeatInterleave {
+            repeats: usize::try_from(a.i64_or("repeats", 1)?)
+                .map_err(|_| a.err("repeats", "must be non-negative"))?,
+            dim: a.has("dim").then(|| a.i64_or("dim", 0)).transpose()?,
+        }),
+        ("addbmm", "default") => c(Composite::Addbmm {
+            beta: a.f64_or("beta", 1.0)?,
+            alpha: a.f64_or("alpha", 1.0)?,
+        }),
+        ("index_reduce", "default") => c(Composite::IndexReduce {
+            dim: a.i64_or("dim", 0)?,
+            reduce: crate::ext::reduction(a, "reduce")?,
+            include_self: a.bool_or("include_self", true)?,
+        }),
+        ("batch_norm" | "native_batch_norm", "default") if a.bool_or("training", false)? => {
+            let mask = a
+                .optional_tensors(
+                    &["weight", "bias", "running_mean", "running_var"],
+                    n_inputs.saturating_sub(1),
+                )?
+                .ok_or_else(|| ambiguous(a, "weight, bias, running_mean, running_var"))?;
+            c(Composite::BatchNormTrain {
+                eps: a.f64_or("eps", 1e-5)?,
+                present: [mask[0], mask[1], mask[2], mask[3]],
+            })
+        }
+        ("_native_batch_norm_legit", "default" | "no_stats") if a.bool_or("training", true)? => {
+            let stats = usize::from(overload == "default") * 2;
+            let mask = a
+                .optional_tensors(&["weight", "bias"], n_inputs.saturating_sub(1 + stats))?
+                .ok_or_else(|| ambiguous(a, "weight, bias"))?;
+            c(Composite::BatchNormTrain {
+                eps: a.f64_or("eps", 1e-5)?,
+                present: [mask[0], mask[1], stats > 0, stats > 0],
+            })
+        }
+        ("conv2d" | "conv3d", "padding") => {
+            let n = if name == "conv2d" { 2 } else { 3 };
+            let list = |key: &str| -> Result<Vec<usize>, IrError> {
+                let v = non_negative(a, key, a.ints_or(key, n, &vec![1; n])?)?;
+                if v.len() != n || v.contains(&0) {
+                    return Err(a.err(key, format!("expected {n} positive values, got {v:?}")));
+                }
+                Ok(v)
+            };
+            let same = match a.string("padding")?.as_deref() {
+                Some("same") => true,
+                None | Some("valid") => false,
+                Some(m) => return Err(a.err("padding", format!("unknown padding mode '{m}'"))),
+            };
+            let groups = a.i64_or("groups", 1)?;
+            if groups < 1 {
+                return Err(a.err("groups", "must be at least 1"));
+            }
+            c(Composite::ConvStringPadding {
+                same,
+                stride: list("stride")?,
+                dilation: list("dilation")?,
+                groups: groups as usize,
+            })
+        }
         // view aliases: the result shape is the output's
         ("unflatten", "int") | ("ravel", "default") => Ok(Some(Op::Reshape)),
         ("movedim", "int" | "intlist") => Ok(Some(Op::Permute {
@@ -527,124 +495,5 @@ pub(crate) fn parse(
             size: a.ints("size")?,
         })),
         _ => Ok(None),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::Map;
-
-    fn p(op_type: &str, attrs: &str, n: usize, rank: usize) -> Op {
-        let m: Map<String, Json> = serde_json::from_str(attrs).unwrap();
-        Op::parse("n", op_type, &m, n, rank).unwrap().0
-    }
-
-    #[test]
-    fn composites_are_typed_with_aten_defaults() {
-        assert_eq!(
-            p("aten.diff.default", r#"{"n": 1, "dim": -1}"#, 2, 2),
-            Op::Composite(Composite::Diff {
-                n: 1,
-                dim: -1,
-                prepend: true,
-                append: false
-            })
-        );
-        assert_eq!(
-            p("aten.var.dim", r#"{"dim": [1]}"#, 1, 2),
-            Op::Composite(Composite::Moments {
-                kind: Moment::Var,
-                dims: Some(vec![1]),
-                correction: 1.0,
-                keepdim: false
-            })
-        );
-        assert_eq!(
-            p("aten.var_mean.correction", r#"{"correction": 0}"#, 1, 2),
-            Op::Composite(Composite::Moments {
-                kind: Moment::VarMean,
-                dims: None,
-                correction: 0.0,
-                keepdim: false
-            })
-        );
-        assert_eq!(
-            p("aten.celu.default", r#"{"alpha": 0.5}"#, 1, 2),
-            // a pointwise table op now (one kernel on the NPU), not a composite
-            Op::Unary(crate::UnaryOp::Elu {
-                alpha: 0.5,
-                scale: 1.0,
-                input_scale: 2.0
-            })
-        );
-        assert_eq!(
-            p("aten.conv1d.padding", r#"{"padding": "same"}"#, 2, 3),
-            Op::Composite(Composite::Conv1d {
-                stride: 1,
-                padding: Padding1d::Same,
-                dilation: 1,
-                groups: 1
-            })
-        );
-        assert_eq!(
-            p("aten.tile.default", r#"{"dims": [2]}"#, 1, 3),
-            Op::Composite(Composite::Repeat {
-                repeats: vec![1, 1, 2]
-            })
-        );
-        assert_eq!(
-            p("aten.rsub.Scalar", r#"{"other": 2.0, "alpha": 3}"#, 1, 2),
-            Op::Composite(Composite::Rsub {
-                alpha: 3.0,
-                scalar: Some(2.0)
-            })
-        );
-        assert!(matches!(
-            p(
-                "aten.pad.default",
-                r#"{"pad": [1, 1], "mode": "reflect"}"#,
-                1,
-                2
-            ),
-            Op::Ext(_)
-        ));
-    }
-
-    #[test]
-    fn view_aliases_become_primitive_views() {
-        assert_eq!(
-            p(
-                "aten.movedim.int",
-                r#"{"source": 0, "destination": 2}"#,
-                1,
-                4
-            ),
-            Op::Permute {
-                dims: vec![1, 2, 0, 3]
-            }
-        );
-        assert_eq!(
-            p(
-                "aten.movedim.intlist",
-                r#"{"source": [0, 1], "destination": [-1, 0]}"#,
-                1,
-                3
-            ),
-            Op::Permute {
-                dims: vec![1, 2, 0]
-            }
-        );
-        assert_eq!(
-            p("aten.numpy_T.default", "{}", 1, 3),
-            Op::Permute {
-                dims: vec![2, 1, 0]
-            }
-        );
-        assert_eq!(
-            p("aten.mT.default", "{}", 1, 3),
-            Op::Transpose { dim0: -2, dim1: -1 }
-        );
-        assert_eq!(p("aten.unflatten.int", r#"{"dim": 1}"#, 1, 2), Op::Reshape);
     }
 }
