@@ -57,6 +57,14 @@ fn recipe(p: &Program, r: &Recipe) -> String {
     let opt = |i: Option<u32>| i.map_or("-".to_string(), src);
     match r {
         Recipe::Load { source } => format!("load {}", src(*source)),
+        Recipe::Concat { sources } => format!(
+            "concat({})",
+            sources
+                .iter()
+                .map(|&s| src(s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Recipe::BnFoldWeight {
             weight,
             gamma,

@@ -29,6 +29,9 @@ pub enum FusedOp {
     },
     /// linear with an activation epilogue. Inputs: x, weight, optional bias.
     Linear { act: Act },
+    /// `r + x @ weight^T` (a residual add folded into the GEMM as its bias term, one
+    /// rounding). Inputs: x, weight, r (r has the output's shape).
+    LinearAdd,
     /// A chain of elementwise ops as one expression over broadcast inputs.
     Elementwise(Expr),
     /// x * rsqrt(mean(x^2, -1) + eps) * weight, in f32. Inputs: x, weight.
@@ -57,6 +60,7 @@ impl Op {
                 FusedOp::Conv2d { act: Some(a), .. } => format!("conv2d+{}", a.name()),
                 FusedOp::Conv2d { act: None, .. } => "conv2d".into(),
                 FusedOp::Linear { act } => format!("linear+{}", act.name()),
+                FusedOp::LinearAdd => "linear+add".into(),
                 FusedOp::Elementwise(e) => format!("elementwise({})", e),
                 FusedOp::RmsNorm { .. } => "rms_norm".into(),
                 FusedOp::MaskedSoftmax { .. } => "masked_softmax".into(),

@@ -50,6 +50,8 @@ pub struct CompileReport {
     pub decomposed: passes::decompose::DecomposeStats,
     pub canonical: passes::canonicalize::CanonStats,
     pub bn: passes::bn_fold::BnStats,
+    /// Linears absorbed into concatenated ones (one GEMM per group sharing an input).
+    pub concat_linears: usize,
     pub fusions: BTreeMap<String, usize>,
     pub padded_values: usize,
     pub timings: Vec<(&'static str, Duration)>,
@@ -127,6 +129,8 @@ pub fn compile(
         });
     }
     let t = Instant::now();
+    report.concat_linears = passes::concat_linear::concat_linears(&mut m);
+    passes::dce::eliminate_dead_code(&mut m.graph);
     report.fusions = fuse::fuse(&mut m);
     report.timings.push(("fuse", t.elapsed()));
     let t = Instant::now();

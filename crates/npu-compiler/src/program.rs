@@ -261,6 +261,9 @@ pub enum Recipe<S = u32> {
         var: S,
         eps: f64,
     },
+    /// The sources concatenated along dim 0 (their other dims equal): the weights (and
+    /// biases) of linears that read one input, made one GEMM (`passes::concat_linear`).
+    Concat { sources: Vec<S> },
 }
 
 impl<S: Copy> Recipe<S> {
@@ -274,6 +277,9 @@ impl<S: Copy> Recipe<S> {
         }
         let f = &mut f;
         Ok(match *self {
+            Recipe::Concat { ref sources } => Recipe::Concat {
+                sources: sources.iter().map(|&s| f(s)).collect::<Result<_, E>>()?,
+            },
             Recipe::Load { source } => Recipe::Load { source: f(source)? },
             Recipe::BnFoldWeight {
                 weight,

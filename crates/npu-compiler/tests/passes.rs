@@ -440,11 +440,78 @@ fn silu_mul_fuses_when_up_proj_comes_after_silu() {
     );
     ir.output(&d);
     let p = ir.compile(&NPU, DType::BF16);
-    assert_eq!(kinds(&p), vec!["gemm", "gemm", "elementwise", "gemm"]);
-    let Kernel::Elementwise { expr } = &p.steps[2].kernel else {
+    // gate and up read the same x: one GEMM over their concatenated weights, whose two
+    // halves the silu * mul kernel reads as views
+    assert_eq!(kinds(&p), vec!["gemm", "elementwise", "gemm"]);
+    let Kernel::Elementwise { expr } = &p.steps[1].kernel else {
         panic!()
     };
     assert_eq!(expr.to_string(), "mul(silu(in0), in1)");
+    let (gate, up) = (&p.steps[1].inputs[0], &p.steps[1].inputs[1]);
+    assert_eq!(gate.slot, up.slot, "both halves of one GEMM output");
+    assert_eq!(
+        up.byte_offset - gate.byte_offset,
+        16 * 2,
+        "up starts after gate's 16 bf16 columns"
+    );
+}
+
+#[test]
+fn qkv_linears_become_one_gemm_and_residual_adds_its_bias() {
+    let mut ir = Ir::new();
+    let x = ir.input("x", &[1, 2, 8], "float32");
+    let mut outs = Vec::new();
+    for (name, n) in [("q", 8), ("k", 4), ("v", 4)] {
+        let w = ir.weight(&format!("{name}.weight"), &[n, 8], "float32");
+        let b = ir.weight(&format!("{name}.bias"), &[n], "float32");
+        outs.push(ir.op(
+            name,
+            "aten.linear.default",
+            &[&x, &w, &b],
+            &[1, 2, n],
+            "float32",
+            json!({}),
+        ));
+    }
+    let wo = ir.weight("o.weight", &[8, 8], "float32");
+    let o = ir.op(
+        "o",
+        "aten.linear.default",
+        &[&outs[0], &wo],
+        &[1, 2, 8],
+        "float32",
+        json!({}),
+    );
+    let r = ir.op(
+        "res",
+        "aten.add.Tensor",
+        &[&x, &o],
+        &[1, 2, 8],
+        "float32",
+        json!({}),
+    );
+    ir.output(&r);
+    ir.output(&outs[1]);
+    ir.output(&outs[2]);
+    let p = ir.compile(&NPU, DType::F32);
+    // one GEMM for q/k/v (k and v are views of its output), one for o with x as its bias
+    assert_eq!(kinds(&p), vec!["gemm", "gemm", "copy", "copy"]);
+    let qkv = &p.steps[0];
+    assert_eq!(
+        qkv.inputs[1].shape,
+        [8, 16],
+        "the concatenated weight, transposed"
+    );
+    assert_eq!(
+        p.weights
+            .iter()
+            .filter(|w| w.name.starts_with("concat("))
+            .count(),
+        2
+    );
+    let o = &p.steps[1];
+    assert!(matches!(o.kernel, Kernel::Gemm { beta, .. } if beta == 1.0));
+    assert_eq!(o.inputs.len(), 3, "x bound as the bias term");
 }
 
 #[test]

@@ -232,6 +232,37 @@ fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Resu
     let opt = |i: Option<u32>, n: usize, what: &str| -> Result<Option<Vec<f64>>> {
         i.map(|i| channels(i, n, what)).transpose()
     };
+    // Concat along dim 0: each source converted directly into its rows of the slot.
+    if let Recipe::Concat { sources } = &w.recipe {
+        let mut out = HostTensor::zeros(w.dtype, w.shape.clone());
+        let es = w.dtype.size_bytes();
+        let mut at = 0;
+        let mut rows = 0;
+        for &s in sources {
+            let t = get(s)?;
+            if t.shape.is_empty() || t.shape[1..] != w.shape.get(1..).unwrap_or(&[])[..] {
+                return Err(err(format!(
+                    "concat source {:?} does not stack into {:?}",
+                    t.shape, w.shape
+                )));
+            }
+            rows += t.shape[0];
+            let n = t.shape.iter().product::<usize>() * es;
+            let dst = out
+                .bytes_mut()
+                .get_mut(at..at + n)
+                .ok_or_else(|| err(format!("concat sources exceed the slot {:?}", w.shape)))?;
+            cast_bytes(t.bytes, t.dtype, dst, w.dtype).map_err(|e| err(e.to_string()))?;
+            at += n;
+        }
+        if Some(&rows) != w.shape.first() {
+            return Err(err(format!(
+                "concat sources give {rows} rows, the slot {:?}",
+                w.shape
+            )));
+        }
+        return Ok(out);
+    }
     // Load: convert directly (no f64 round trip, no whole-model temporaries).
     if let Recipe::Load { source: s } = w.recipe {
         let t = get(s)?;
@@ -245,7 +276,7 @@ fn build_slot(program: &Program, w: &WeightSlot, src: &dyn WeightSource) -> Resu
         return pad_into(w, &vals, t.shape).map_err(err);
     }
     let (vals, shape): (Vec<f64>, Vec<usize>) = match w.recipe {
-        Recipe::Load { .. } => unreachable!("handled above"),
+        Recipe::Load { .. } | Recipe::Concat { .. } => unreachable!("handled above"),
         Recipe::BnFoldWeight {
             weight,
             gamma,

@@ -1,5 +1,5 @@
-//! Activations folded into the producer's epilogue: conv2d+act (conv+BN+ReLU once BN is
-//! folded) and linear+act.
+//! Epilogues folded into the producer: conv2d+act (conv+BN+ReLU once BN is folded),
+//! linear+act, and a residual add into a bias-free linear (the GEMM's bias term).
 
 use super::{Cx, Match};
 use crate::graph::{FusedOp, Op};
@@ -86,4 +86,37 @@ pub fn match_linear_act(cx: &Cx, n: usize) -> Option<Match> {
         op: FusedOp::Linear { act },
         inputs: lin.inputs.clone(),
     })
+}
+
+/// `add(r, linear(x, w))` (either operand order, alpha 1) with a bias-free linear used only
+/// here and `r` of the output's shape and dtype: the GEMM adds `r` as its bias (beta 1).
+pub fn match_linear_residual(cx: &Cx, n: usize) -> Option<Match> {
+    let root = cx.node(n);
+    let Op::Ir(IrOp::Binary {
+        op: npu_ir::BinaryOp::Add,
+        alpha,
+    }) = root.op
+    else {
+        return None;
+    };
+    if alpha != 1.0 || root.inputs.len() != 2 {
+        return None;
+    }
+    let out = cx.g.ty(root.outputs[0]);
+    for (li, ri) in [(0, 1), (1, 0)] {
+        let (l, r) = (root.inputs[li], root.inputs[ri]);
+        let Some((c, IrOp::Linear, lin)) = cx.internal(l) else {
+            continue;
+        };
+        if lin.inputs.len() != 2 || cx.g.ty(l) != out || cx.g.ty(r) != out {
+            continue;
+        }
+        return Some(Match {
+            root: n,
+            absorbed: vec![c],
+            op: FusedOp::LinearAdd,
+            inputs: vec![lin.inputs[0], lin.inputs[1], r],
+        });
+    }
+    None
 }

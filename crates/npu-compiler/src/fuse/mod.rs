@@ -29,12 +29,13 @@ pub struct Match {
 type Matcher = fn(&Cx, usize) -> Option<Match>;
 
 /// Patterns in priority order, by name.
-const PATTERNS: [(&str, Matcher); 6] = [
+const PATTERNS: [(&str, Matcher); 7] = [
     ("attention", attention::match_attention),
     ("rms_norm", rmsnorm::match_rmsnorm),
     ("rope", rope::match_rope),
     ("conv_act", epilogue::match_conv_act),
     ("linear_act", epilogue::match_linear_act),
+    ("linear_residual", epilogue::match_linear_residual),
     ("masked_softmax", softmax::match_masked_softmax),
 ];
 

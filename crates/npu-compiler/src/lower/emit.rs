@@ -394,6 +394,7 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
                 },
             )?,
             FusedOp::Linear { act } => emit_linear(lw, node, Some(*act))?,
+            FusedOp::LinearAdd => emit_linear_add(lw, node)?,
             FusedOp::RmsNorm { eps } => {
                 let x = lw.view(node.inputs[0])?;
                 let w = lw.view(node.inputs[1])?;
@@ -467,10 +468,26 @@ fn emit_conv(lw: &mut Lowerer, node: &CNode, kernel: Kernel) -> Result<(), Compi
     Ok(())
 }
 
+/// `r + x @ w^T` with the residual `r` (the output's shape) as the GEMM's bias.
+fn emit_linear_add(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileError> {
+    emit_gemm_of_linear(lw, node, None, true)
+}
+
 fn emit_linear(
     lw: &mut Lowerer,
     node: &CNode,
     act: Option<npu_ir::UnaryOp>,
+) -> Result<(), CompileError> {
+    emit_gemm_of_linear(lw, node, act, false)
+}
+
+/// A linear's GEMM: x [.., K] viewed as [M, K], the weight [N, K] as its transpose, input 2
+/// a bias broadcast to [M, N] or (`residual`) a tensor of the output's shape.
+fn emit_gemm_of_linear(
+    lw: &mut Lowerer,
+    node: &CNode,
+    act: Option<npu_ir::UnaryOp>,
+    residual: bool,
 ) -> Result<(), CompileError> {
     let x = lw.view(node.inputs[0])?;
     let w = lw.view(node.inputs[1])?;
@@ -499,7 +516,12 @@ fn emit_linear(
     }
     let mut ins = vec![a, b];
     if let Some(&bias) = node.inputs.get(2) {
-        ins.push(lw.bcast(node, bias, &[m, n])?);
+        ins.push(if residual {
+            let r = lw.view(bias)?;
+            lw.reshaped(r, &[m, n], &node.name)
+        } else {
+            lw.bcast(node, bias, &[m, n])?
+        });
     }
     lw.push(
         Kernel::Gemm {

@@ -3,6 +3,7 @@
 pub mod bn_fold;
 pub mod canonicalize;
 pub mod check;
+pub mod concat_linear;
 pub mod dce;
 pub mod decompose;
 pub mod layout;
