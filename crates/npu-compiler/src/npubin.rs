@@ -12,7 +12,8 @@ use npu_ir::DType;
 use std::path::Path;
 
 pub const MAGIC: &[u8; 8] = b"NPUBIN\0\0";
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: `Kernel::Gemm` gained `residual`, `Recipe::Concat` was added.
+pub const FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NpubinError {

@@ -108,11 +108,15 @@ pub enum Kernel {
     /// out[.., m, n] = act(alpha * sum_k a[.., m, k] * b[.., k, n] + beta * bias[.., m, n]).
     /// Inputs: a, b (any strides: a transposed weight is a stride swap), optional bias
     /// (bound as [.., m, n] with broadcast strides). Batch dims of a/b are pre-broadcast.
-    /// `beta` has no effect when no bias is bound.
+    /// `beta` has no effect when no bias is bound. `residual`: the bias is a residual
+    /// stream, added after the product is rounded to the output dtype (PyTorch's
+    /// `r + linear(x)` rounds twice; a linear's own bias is added before the one rounding);
+    /// it needs a bias and no act.
     Gemm {
         alpha: f32,
         beta: f32,
         act: Option<UnaryOp>,
+        residual: bool,
     },
     /// NCHW convolution. Inputs: x [N,C,H,W], w [O,C/g,kh,kw], optional bias [O].
     Conv2d {
@@ -553,6 +557,19 @@ impl Program {
             if let Kernel::Elementwise { expr } = &step.kernel {
                 expr.validate(step.inputs.len())
                     .map_err(|e| format!("step {i} ({}): {e}", step.origin))?;
+            }
+            if let Kernel::Gemm {
+                residual: true,
+                act,
+                ..
+            } = &step.kernel
+            {
+                if step.inputs.len() != 3 || act.is_some() {
+                    return Err(format!(
+                        "step {i} ({}): a residual gemm needs a bias and no activation",
+                        step.origin
+                    ));
+                }
             }
             if let Kernel::Pool2d {
                 kernel,

@@ -298,7 +298,12 @@ fn run_case(case: &Case, cpu: &dyn Backend, gpu: &dyn Backend) -> CaseResult {
 fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
     use DType::{BF16, F16, F32};
     let mut v = Vec::new();
-    let gemm = |alpha, beta, act| Kernel::Gemm { alpha, beta, act };
+    let gemm = |alpha, beta, act| Kernel::Gemm {
+        alpha,
+        beta,
+        act,
+        residual: false,
+    };
     // GEMV (M = 1) on a transposed bf16 weight with bias, vectorized and odd K.
     for (dt, k, n) in [
         (BF16, 1536, 1000),
@@ -317,6 +322,32 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
             .output(&[1, n], dt),
         );
     }
+    // A residual stream as the bias (added to the rounded product): GEMV, cuBLASLt, SIMT.
+    let residual = Kernel::Gemm {
+        alpha: 1.0,
+        beta: 1.0,
+        act: None,
+        residual: true,
+    };
+    for (m, k, n) in [(1, 1536, 1536), (128, 1536, 256)] {
+        v.push(
+            Case::new(
+                format!("gemm bf16 {m}x{k}x{n} wT + residual"),
+                residual.clone(),
+            )
+            .input(rng, &[m, k], BF16)
+            .view(rng, &[n, k], BF16, &[k, n], &[1, k], 0)
+            .input(rng, &[m, n], BF16)
+            .output(&[m, n], BF16),
+        );
+    }
+    v.push(
+        Case::new("gemm f16 strided a (SIMT) 5x7x3 + residual", residual)
+            .view(rng, &[10, 9], F16, &[5, 3], &[2 * 9, 2], 1)
+            .input(rng, &[3, 7], F16)
+            .input(rng, &[5, 7], F16)
+            .output(&[5, 7], F16),
+    );
     // cuBLASLt GEMMs: prefill-like bf16 with a transposed weight, batched f32 with alpha.
     v.push(
         Case::new("gemm bf16 128x960x1536 wT bias", gemm(1.0, 1.0, None))

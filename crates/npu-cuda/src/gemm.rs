@@ -270,13 +270,14 @@ pub(crate) fn plan_lt(
     }
 }
 
-/// The fused epilogue after a cuBLASLt matmul: out = act(d + beta * bias), rounded.
+/// The fused epilogue after a cuBLASLt matmul: out = act(d + beta * bias), rounded; the bias
+/// comes with its mode (1 a bias, 2 a residual: see `k_epilogue`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn epilogue(
     dev: &Device,
     d_off: u64,
     mn: i64,
-    bias: Option<TdArg>,
+    bias: Option<(TdArg, i32)>,
     beta: f32,
     act: i32,
     out: TdArg,
@@ -290,8 +291,8 @@ pub(crate) fn epilogue(
         args: vec![
             Arg::Ptr(0, Loc::Scratch(d_off)),
             Arg::I64(mn),
-            Arg::Td(bias.unwrap_or_else(TdArg::null)),
-            Arg::I32(i32::from(bias.is_some())),
+            Arg::Td(bias.map_or_else(TdArg::null, |b| b.0)),
+            Arg::I32(bias.map_or(0, |b| b.1)),
             Arg::F32(beta),
             Arg::I32(act),
             Arg::Td(out),

@@ -73,12 +73,18 @@ impl Planner<'_> {
         let td = |b: &Binding| Arg::Td(TdArg::of(b));
         let mut scratch = 0u64;
         let launches = match &step.kernel {
-            Kernel::Gemm { alpha, beta, act } => {
+            Kernel::Gemm {
+                alpha,
+                beta,
+                act,
+                residual,
+            } => {
                 need(ins, outs, 2, 3, 1)?;
                 return self.gemm(
                     *alpha,
                     *beta,
                     unary_code(*act),
+                    *residual,
                     &ins[0],
                     &ins[1],
                     ins.get(2),
@@ -439,6 +445,7 @@ impl Planner<'_> {
         alpha: f32,
         beta: f32,
         act: i32,
+        residual: bool,
         a: &Binding,
         b: &Binding,
         bias: Option<&Binding>,
@@ -464,6 +471,11 @@ impl Planner<'_> {
         let an = TdArg::of(a).aligned_to(&with([m, k]));
         let bn = TdArg::of(b).aligned_to(&with([k, n]));
         let biasn = bias.map(|x| TdArg::of(x).aligned_to(&out.shape));
+        let bias_mode = match (bias.is_some(), residual) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
         let o = TdArg::of(out);
         let null = TdArg::null();
         let (b_sk, b_sn) = (bn.td.st[r - 2], bn.td.st[r - 1]);
@@ -489,7 +501,7 @@ impl Planner<'_> {
                     Arg::Td(an),
                     Arg::Td(bn),
                     Arg::Td(biasn.unwrap_or(null)),
-                    Arg::I32(i32::from(bias.is_some())),
+                    Arg::I32(bias_mode),
                     Arg::F32(alpha),
                     Arg::F32(beta),
                     Arg::I32(act),
@@ -528,7 +540,16 @@ impl Planner<'_> {
             .map_err(|e| e.to_string())?;
             if let Some(call) = lt {
                 let total = out.numel();
-                let epi = epilogue(self.dev, d_off, (m * n) as i64, biasn, beta, act, o, total);
+                let epi = epilogue(
+                    self.dev,
+                    d_off,
+                    (m * n) as i64,
+                    biasn.map(|b| (b, bias_mode)),
+                    beta,
+                    act,
+                    o,
+                    total,
+                );
                 return Ok(StepPlan {
                     launches: vec![Launch::Lt(Box::new(call)), epi],
                     scratch: align((batches * m * n * 4) as u64),
@@ -536,7 +557,18 @@ impl Planner<'_> {
             }
         }
         Ok(StepPlan {
-            launches: vec![self.simt_gemm(an, bn, biasn, alpha, beta, act, o, m, n, batches)],
+            launches: vec![self.simt_gemm(
+                an,
+                bn,
+                biasn.map(|b| (b, bias_mode)),
+                alpha,
+                beta,
+                act,
+                o,
+                m,
+                n,
+                batches,
+            )],
             scratch: 0,
         })
     }
@@ -546,7 +578,7 @@ impl Planner<'_> {
         &self,
         a: TdArg,
         b: TdArg,
-        bias: Option<TdArg>,
+        bias: Option<(TdArg, i32)>,
         alpha: f32,
         beta: f32,
         act: i32,
@@ -555,6 +587,7 @@ impl Planner<'_> {
         n: usize,
         batches: usize,
     ) -> Launch {
+        let (bias, mode) = bias.map_or((TdArg::null(), 0), |(b, m)| (b, m));
         kl(
             self.f("k_gemm"),
             (
@@ -567,8 +600,8 @@ impl Planner<'_> {
             vec![
                 Arg::Td(a),
                 Arg::Td(b),
-                Arg::Td(bias.unwrap_or_else(TdArg::null)),
-                Arg::I32(i32::from(bias.is_some())),
+                Arg::Td(bias),
+                Arg::I32(mode),
                 Arg::F32(alpha),
                 Arg::F32(beta),
                 Arg::I32(act),

@@ -45,6 +45,19 @@ impl T {
             data,
         }
     }
+    /// A dense tensor holding `values`.
+    fn of(dtype: DType, shape: &[usize], values: &[f32]) -> T {
+        let mut data = vec![0u8; values.len() * dtype.size_bytes()];
+        for (i, &v) in values.iter().enumerate() {
+            store_f32(&mut data, dtype, i, v);
+        }
+        T {
+            dtype,
+            shape: shape.to_vec(),
+            strides: dense_strides(shape),
+            data,
+        }
+    }
     fn rand(dtype: DType, shape: &[usize], rng: &mut Rng) -> T {
         Self::strided(dtype, shape, &dense_strides(shape), rng)
     }
@@ -169,6 +182,7 @@ fn gemm_matches_reference_on_odd_shapes_strides_and_dtypes() {
                     alpha,
                     beta,
                     act: Some(UnaryOp::Relu),
+                    residual: false,
                 };
                 run(&kern, &mut [&mut a, &mut bm, &mut bias], &mut out);
                 check(
@@ -193,6 +207,7 @@ fn gemm_matches_reference_on_odd_shapes_strides_and_dtypes() {
             alpha: 1.0,
             beta: 0.0,
             act: None,
+            residual: false,
         },
         &mut [&mut a, &mut bm],
         &mut out,
@@ -206,6 +221,29 @@ fn gemm_matches_reference_on_odd_shapes_strides_and_dtypes() {
         },
         "gemm strided out",
     );
+}
+
+/// A residual bias is added to the product rounded to the output dtype (PyTorch's
+/// `r + linear(x)` in bf16 rounds twice): 1.0078125^2 = 1.01568... rounds to 1.015625, plus
+/// 0.00390625 is 1.01953125, which rounds (to even) to 1.015625; one rounding of the exact
+/// sum would give 1.0234375 (values found with PyTorch, which gives 1.015625).
+#[test]
+fn gemm_residual_rounds_the_product_first() {
+    let bf = DType::BF16;
+    for (residual, want) in [(true, 1.015625f32), (false, 1.0234375)] {
+        let mut x = T::of(bf, &[1, 1], &[1.0078125]);
+        let mut w = T::of(bf, &[1, 1], &[1.0078125]);
+        let mut r = T::of(bf, &[1, 1], &[0.00390625]);
+        let mut out = T::of(bf, &[1, 1], &[0.0]);
+        let kern = Kernel::Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            act: None,
+            residual,
+        };
+        run(&kern, &mut [&mut x, &mut w, &mut r], &mut out);
+        assert_eq!(out.at(&[0, 0]) as f32, want, "residual {residual}");
+    }
 }
 
 fn conv_ref(

@@ -7,6 +7,13 @@
 #define GT 64
 #define GK 16
 
+// `has_bias` of the GEMM kernels: 0 none, 1 a bias (added before the one rounding), 2 a
+// residual (added to the product rounded to the output dtype, as PyTorch's `r + linear(x)`).
+__device__ __forceinline__ float add_bias(int mode, float v, float beta, float bv, int out_dt) {
+  if (mode == 2) v = round_dt(out_dt, v);
+  return v + beta * bv;
+}
+
 extern "C" __global__ void __launch_bounds__(256) k_gemm(TD a, TD b, TD bias, int has_bias, float alpha,
                                                          float beta, int act, TD out) {
   int r = out.rank;
@@ -49,7 +56,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(TD a, TD b, TD bias, in
       i64 gn = n0 + tx + 16 * j;
       if (gn >= N) continue;
       float v = alpha * acc[i][j];
-      if (has_bias) v += beta * ld(bias, bio + gm * bias.st[r - 2] + gn * bias.st[r - 1]);
+      if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, bio + gm * bias.st[r - 2] + gn * bias.st[r - 1]), out.dt);
       if (act >= 0) v = apply_unary(act, v);
       st(out, oo + gm * out.st[r - 2] + gn * out.st[r - 1], v);
     }
@@ -64,7 +71,7 @@ extern "C" __global__ void k_epilogue(const float* c, i64 cbs, TD bias, int has_
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
     i64 n = e % N, m = (e / N) % M, batch = e / (N * M);
     float v = c[batch * cbs + m * N + n];
-    if (has_bias) v += beta * ld(bias, offset_lead(bias, r - 2, batch) + m * bias.st[r - 2] + n * bias.st[r - 1]);
+    if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + m * bias.st[r - 2] + n * bias.st[r - 1]), out.dt);
     if (act >= 0) v = apply_unary(act, v);
     st(out, offset_lead(out, r - 2, batch) + m * out.st[r - 2] + n * out.st[r - 1], v);
   }
@@ -145,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
   s = warp_sum(s);
   if (lane == 0) {
     float v = alpha * s;
-    if (has_bias) v += beta * ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]);
+    if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
     if (act >= 0) v = apply_unary(act, v);
     st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
   }
@@ -195,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
   s = warp_sum(s);
   if (lane == 0) {
     float v = alpha * s;
-    if (has_bias) v += beta * ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]);
+    if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
     if (act >= 0) v = apply_unary(act, v);
     st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
   }

@@ -3,7 +3,7 @@
 //! groups (depthwise) go to `conv_grouped`.
 
 use super::conv_grouped;
-use super::gemm::{epilogue, matmul, Mat};
+use super::gemm::{epilogue, matmul, Epilogue, Mat};
 use super::view::{with_scratch, SendPtr, View};
 use npu_compiler::expr::{relu, unary};
 use npu_compiler::program::ConvDims;
@@ -28,6 +28,11 @@ pub fn conv2d(
     bias: Option<&View>,
     out: &View,
 ) -> Result<(), String> {
+    let epi = Epilogue {
+        beta: 1.0,
+        act: p.act,
+        residual: false,
+    };
     let dims = ConvDims::check(
         x.shape,
         w.shape,
@@ -195,9 +200,9 @@ pub fn conv2d(
                                 match bv {
                                     Some((b, bs)) => {
                                         let bb = View { strides: &bs, ..b };
-                                        epilogue(cbuf, og, pix, 1.0, Some((&bb, 0)), p.act, &ov, 0)
+                                        epilogue(cbuf, og, pix, &epi, Some((&bb, 0)), &ov, 0)
                                     }
-                                    None => epilogue(cbuf, og, pix, 1.0, None, p.act, &ov, 0),
+                                    None => epilogue(cbuf, og, pix, &epi, None, &ov, 0),
                                 }
                             } else {
                                 for oi in 0..og {

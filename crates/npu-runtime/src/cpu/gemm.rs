@@ -7,7 +7,7 @@
 use super::amx;
 use super::dot::{dot_bf16, dot_f16, dot_f32};
 use super::view::{offset_in, with_scratch, SendPtr, View};
-use half::f16;
+use half::{bf16, f16};
 use npu_compiler::expr::unary;
 use npu_ir::{DType, UnaryOp};
 use rayon::prelude::*;
@@ -87,15 +87,50 @@ fn tail_stride(x: &View, from_end: usize) -> usize {
     }
 }
 
-/// Applies `beta * bias` and `act`, rounds and stores c [M, N] (dense) into `out`.
+/// What a GEMM (or conv) does to its f32 result before the one store: `beta * bias`
+/// (after rounding to the output dtype first when `residual`, see `Kernel::Gemm`), then
+/// `act`.
+#[derive(Debug, Clone, Copy)]
+pub struct Epilogue {
+    pub beta: f32,
+    pub act: Option<UnaryOp>,
+    pub residual: bool,
+}
+
+impl Epilogue {
+    /// `v` (the product) with the bias value `bias` (when bound) for an output of `dtype`.
+    #[inline]
+    pub fn apply(&self, mut v: f32, bias: Option<f32>, dtype: DType) -> f32 {
+        if let Some(x) = bias {
+            if self.residual {
+                v = round_to(dtype, v);
+            }
+            v += self.beta * x;
+        }
+        if let Some(a) = self.act {
+            v = unary(a, v);
+        }
+        v
+    }
+}
+
+/// `v` rounded to `dtype`'s precision (f32 and wider: unchanged).
+fn round_to(dtype: DType, v: f32) -> f32 {
+    match dtype {
+        DType::BF16 => bf16::from_f32(v).to_f32(),
+        DType::F16 => f16::from_f32(v).to_f32(),
+        _ => v,
+    }
+}
+
+/// Applies the epilogue, rounds and stores c [M, N] (dense) into `out`.
 #[allow(clippy::too_many_arguments)]
 pub fn epilogue(
     c: &[f32],
     m: usize,
     n: usize,
-    beta: f32,
+    epi: &Epilogue,
     bias: Option<(&View, usize)>,
-    act: Option<UnaryOp>,
     out: &View,
     out_off: usize,
 ) {
@@ -105,28 +140,29 @@ pub fn epilogue(
         with_scratch(0, 2 * n, |buf| {
             let (row, bias_row) = buf.split_at_mut(n);
             row.copy_from_slice(&c[i * n..(i + 1) * n]);
-            if let Some((b, boff)) = bias {
-                b.gather(boff + i * tail_stride(b, 2), tail_stride(b, 1), bias_row);
-                for (v, x) in row.iter_mut().zip(bias_row.iter()) {
-                    *v += beta * x;
+            match bias {
+                Some((b, boff)) => {
+                    b.gather(boff + i * tail_stride(b, 2), tail_stride(b, 1), bias_row);
+                    for (v, x) in row.iter_mut().zip(bias_row.iter()) {
+                        *v = epi.apply(*v, Some(*x), out.dtype);
+                    }
                 }
-            }
-            if let Some(a) = act {
-                for v in row.iter_mut() {
-                    *v = unary(a, *v);
+                None if epi.act.is_some() => {
+                    for v in row.iter_mut() {
+                        *v = epi.apply(*v, None, out.dtype);
+                    }
                 }
+                None => {}
             }
             out.scatter(out_off + i * osm, osn, row);
         });
     });
 }
 
-/// out[.., m, n] = alpha * a @ b + beta * bias, then act.
-#[allow(clippy::too_many_arguments)]
+/// out[.., m, n] = alpha * a @ b, then the epilogue (bias, act).
 pub fn gemm_kernel(
     alpha: f32,
-    beta: f32,
-    act: Option<UnaryOp>,
+    epi: &Epilogue,
     a: &View,
     b: &View,
     bias: Option<&View>,
@@ -162,7 +198,7 @@ pub fn gemm_kernel(
         let boff = batch_off(b, 2, ob, bi);
         let ooff = offset_in(ob, &out.strides[..r - 2], bi);
         let bias_v = bias.map(|bv| (bv, batch_off(bv, 2.min(bv.rank()), ob, bi)));
-        let needs_epi = bias.is_some() || act.is_some();
+        let needs_epi = bias.is_some() || epi.act.is_some();
         let amx_ok = alpha == 1.0
             && a.dtype == DType::BF16
             && b.dtype == DType::BF16
@@ -192,7 +228,7 @@ pub fn gemm_kernel(
                         );
                     }
                 });
-                epilogue(c, m, n, beta, bias_v, act, out, ooff);
+                epilogue(c, m, n, epi, bias_v, out, ooff);
             });
             continue;
         }
@@ -299,22 +335,15 @@ pub fn gemm_kernel(
                         for i in 0..m {
                             for j in 0..n {
                                 let o = ooff + i * out.strides[r - 2] + j * out.strides[r - 1];
-                                let mut v = out.ld(o);
-                                if let Some((bv, bo)) = bias_v {
-                                    v += beta
-                                        * bv.ld(bo
-                                            + i * tail_stride(bv, 2)
-                                            + j * tail_stride(bv, 1));
-                                }
-                                if let Some(ac) = act {
-                                    v = unary(ac, v);
-                                }
-                                out.st(o, v);
+                                let x = bias_v.map(|(bv, bo)| {
+                                    bv.ld(bo + i * tail_stride(bv, 2) + j * tail_stride(bv, 1))
+                                });
+                                out.st(o, epi.apply(out.ld(o), x, out.dtype));
                             }
                         }
                     }
                 } else {
-                    epilogue(c, m, n, beta, bias_v, act, out, ooff);
+                    epilogue(c, m, n, epi, bias_v, out, ooff);
                 }
             });
         });

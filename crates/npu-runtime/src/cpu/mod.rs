@@ -514,9 +514,19 @@ fn need(
 /// Runs one kernel over its views.
 pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String> {
     match kernel {
-        Kernel::Gemm { alpha, beta, act } => {
+        Kernel::Gemm {
+            alpha,
+            beta,
+            act,
+            residual,
+        } => {
             need(ins, outs, 2..=3, 1)?;
-            gemm::gemm_kernel(*alpha, *beta, *act, &ins[0], &ins[1], ins.get(2), &outs[0])
+            let epi = gemm::Epilogue {
+                beta: *beta,
+                act: *act,
+                residual: *residual,
+            };
+            gemm::gemm_kernel(*alpha, &epi, &ins[0], &ins[1], ins.get(2), &outs[0])
         }
         Kernel::Conv2d {
             stride,
