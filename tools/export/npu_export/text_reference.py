@@ -77,6 +77,7 @@ CHAT_CASES: list[dict[str, Any]] = [
 SHORT_PROMPT = "Hi!"
 LONG_PROMPT = "The quick brown fox jumps over the lazy dog, and the compiler writes a program for the device."
 CHAT_PROMPT = "Hi! Tell me a story."
+CHAT_FOLLOW_UP = "And then?"
 NEW_TOKENS = 24
 
 # (temperature, top_k, top_p, min_p, repetition_penalty); history = the prompt ids when a penalty is set.
@@ -100,8 +101,13 @@ def eos_token_ids(out: Path, tok: Any) -> list[int]:
     return [] if tok.eos_token_id is None else [int(tok.eos_token_id)]
 
 
+def _budget(ids: list[int], max_len: int) -> int:
+    """New tokens for a prompt: NEW_TOKENS, or fewer when the cache (max_len slots) is short."""
+    return min(NEW_TOKENS, max_len - len(ids) + 1)
+
+
 def _generate(model: PreTrainedModel, ids: list[int], eos: list[int], pad: int, max_len: int) -> list[int]:
-    new = min(NEW_TOKENS, max_len - len(ids))
+    new = _budget(ids, max_len)
     gc = GenerationConfig(
         do_sample=False, max_new_tokens=new, eos_token_id=eos or None, pad_token_id=pad, bos_token_id=None
     )
@@ -109,6 +115,26 @@ def _generate(model: PreTrainedModel, ids: list[int], eos: list[int], pad: int, 
     with torch.no_grad():
         seq = model.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=gc)
     return [int(t) for t in seq[0, len(ids) :]]
+
+
+def _chat_turns(model: PreTrainedModel, tok: Any, eos: list[int], pad: int, max_len: int) -> dict[str, Any]:
+    """Two turns of a conversation, each generated from the whole rendered conversation so far (what
+    ``npu chat`` must print while it keeps the KV cache between turns)."""
+    messages = [{"role": "system", "content": SYSTEM}]
+    replies = []
+    for user in (CHAT_PROMPT, CHAT_FOLLOW_UP):
+        messages.append({"role": "user", "content": user})
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        new = _generate(model, tok.encode(text, add_special_tokens=False), eos, pad, max_len)
+        reply = tok.decode(new, skip_special_tokens=True)
+        replies.append(reply)
+        messages.append({"role": "assistant", "content": reply})
+    return {
+        "system": SYSTEM,
+        "users": [CHAT_PROMPT, CHAT_FOLLOW_UP],
+        "max_new_tokens": NEW_TOKENS,
+        "replies": replies,
+    }
 
 
 def _processors(t: float, k: int, p: float, min_p: float, rep: float) -> LogitsProcessorList:
@@ -173,7 +199,12 @@ def write(model: PreTrainedModel, out: Path, max_len: int, with_model: bool = Tr
         ref["greedy"] = []
         for p in prompts:
             new = _generate(model, p["ids"], eos, pad, max_len)
-            ref["greedy"].append({**p, "tokens": new, "text": tok.decode(new, skip_special_tokens=True)})
+            text = tok.decode(new, skip_special_tokens=True)
+            ref["greedy"].append(
+                {**p, "max_new_tokens": _budget(p["ids"], max_len), "tokens": new, "text": text}
+            )
+        if has_template:
+            ref["chat_turns"] = _chat_turns(model, tok, eos, pad, max_len)
         ids = tok.encode(LONG_PROMPT)
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0, -1].float()
