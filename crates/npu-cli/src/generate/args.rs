@@ -39,19 +39,19 @@ pub struct ModelArgs {
 #[derive(Args, Clone)]
 pub struct SamplingArgs {
     /// 0 (the default) is greedy; otherwise the softmax temperature.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Sample among the k most likely tokens (0: all).
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
     /// Sample among the most likely tokens whose probabilities add up to p.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Drop tokens less likely than this fraction of the most likely one.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub min_p: f32,
     /// Penalize tokens already in the context (> 1 discourages repeats).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub repetition_penalty: f32,
     /// Seed of the sampler (default: from the clock, printed with the timings).
     #[arg(long)]
