@@ -81,6 +81,11 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         messages.push(Message::new("user", input));
         let tk = loaded.tokenizer.as_ref().expect("checked above");
         let ids = tk.encode(&template.render(&messages, true, &special)?, false)?;
+        if ids.is_empty() {
+            eprintln!("[the chat template rendered nothing for this conversation]");
+            messages.pop();
+            continue;
+        }
         let s = &mut loaded.session;
         // Keep what the cache shares with this turn's prompt; at least one token must run
         // to give the next token's logits.
