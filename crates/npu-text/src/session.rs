@@ -403,3 +403,7 @@ impl LanguageModel for Session {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;
