@@ -62,3 +62,24 @@ def test_copy_tokenizer_copies_what_is_there_and_refuses_half_a_tokenizer(
 
 def test_tokenizer_option_is_for_qwen_models_only(tok_dir: Path, tmp_path: Path) -> None:
     assert cli.main(["mlp", "--out", str(tmp_path / "m"), "--tokenizer", str(tok_dir)]) == 2
+
+
+def test_qwen_exports_take_the_hf_dir_tokenizer_unless_told_otherwise(tok_dir: Path, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from npu_export import qwen
+
+    cfg = SimpleNamespace(vocab_size=256)
+    out = tmp_path / "a"
+    out.mkdir()
+    # --hf-dir with a tokenizer: copied
+    args = SimpleNamespace(tokenizer=None, hf_dir=tok_dir)
+    assert "tokenizer.json" in qwen._copy_tokenizer(args, cfg, out)  # type: ignore[arg-type]
+    # --hf-dir without one: no tokenizer, no error
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert qwen._copy_tokenizer(SimpleNamespace(tokenizer=None, hf_dir=bare), cfg, out) == []  # type: ignore[arg-type]
+    # --tokenizer wins over --hf-dir; a vocabulary larger than the model's is refused
+    small = SimpleNamespace(vocab_size=100)
+    with pytest.raises(SystemExit, match="256 tokens"):
+        qwen._copy_tokenizer(SimpleNamespace(tokenizer=tok_dir, hf_dir=bare), small, tmp_path / "a")  # type: ignore[arg-type]

@@ -18,8 +18,6 @@ pub struct Loaded {
     pub session: Session,
     pub tokenizer: Option<TextTokenizer>,
     pub load_s: f64,
-    /// What loading did, one line each (compiled or cached programs).
-    pub notes: Vec<String>,
 }
 
 fn graph_file(p: &Path) -> GraphFile {
@@ -176,11 +174,14 @@ pub fn load(m: &ModelArgs) -> Result<Loaded> {
     };
     bar.inc(1);
     bar.finish_and_clear();
+    // First-use compiles are worth a line (on stderr, before any generated text).
+    for n in &notes {
+        eprintln!("{n}");
+    }
     Ok(Loaded {
         session,
         tokenizer,
         load_s: t.elapsed().as_secs_f64(),
-        notes,
     })
 }
 

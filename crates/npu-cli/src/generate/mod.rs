@@ -184,9 +184,6 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     if !token_mode || a.json {
         eprintln!("{}", stats(&g, &loaded, seed, &a.sampling));
     }
-    for n in &loaded.notes {
-        eprintln!("{n}");
-    }
     if a.profile {
         let (pre, dec) = loaded.session.profile();
         crate::profile::print("prefill", &pre, 10);
