@@ -112,8 +112,32 @@ lines and    spaces.
 """
 
 
-def train_test_tokenizer(out: Path, vocab_size: int = 256) -> None:
-    """Trains the test tokenizer and saves it with transformers into ``out`` (created)."""
+def corpus_texts(roots: list[Path], max_bytes: int) -> list[str]:
+    """The text of the ``.py``, ``.md``, ``.rst`` and ``.txt`` files under ``roots`` (sorted, so the same
+    files give the same tokenizer), up to ``max_bytes``."""
+    texts: list[str] = []
+    total = 0
+    for root in roots:
+        files = [root] if root.is_file() else sorted(root.rglob("*"))
+        for f in files:
+            if f.suffix not in (".py", ".md", ".rst", ".txt") or not f.is_file():
+                continue
+            t = f.read_text(encoding="utf-8", errors="ignore")
+            texts.append(t)
+            total += len(t)
+            if total >= max_bytes:
+                return texts
+    return texts
+
+
+def train_test_tokenizer(
+    out: Path, vocab_size: int = 256, corpus: list[Path] | None = None, max_mb: int = 64
+) -> int:
+    """Trains the test tokenizer and saves it with transformers into ``out`` (created); returns its size.
+
+    Without ``corpus``, on the built-in text, to exactly ``vocab_size`` tokens. With one (local files: there
+    is no download), to at most ``vocab_size``: a vocabulary the size of a real model's (Qwen2.5: 151665 of
+    151936 logits), so a random-weight export of it prints text for most of the ids it emits."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -130,11 +154,17 @@ def train_test_tokenizer(out: Path, vocab_size: int = 256) -> None:
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=[], show_progress=False
     )
-    lines = TRAINING_TEXT.splitlines(keepends=True)
-    # The text a few times over, whole and line by line, so the merges are frequent enough to fill the vocab.
-    tok.train_from_iterator([TRAINING_TEXT] * 4 + lines, trainer)
-    if tok.get_vocab_size() != vocab_size:
-        raise RuntimeError(f"the test tokenizer has {tok.get_vocab_size()} tokens, not {vocab_size}")
+    if corpus:
+        texts = corpus_texts(corpus, max_mb << 20)
+        if not texts:
+            raise SystemExit(f"no .py/.md/.rst/.txt files under {', '.join(map(str, corpus))}")
+        tok.train_from_iterator([TRAINING_TEXT, *texts], trainer)
+    else:
+        lines = TRAINING_TEXT.splitlines(keepends=True)
+        # The text a few times over, whole and line by line, so the merges are frequent enough to fill it.
+        tok.train_from_iterator([TRAINING_TEXT] * 4 + lines, trainer)
+        if tok.get_vocab_size() != vocab_size:
+            raise RuntimeError(f"the test tokenizer has {tok.get_vocab_size()} tokens, not {vocab_size}")
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -148,6 +178,7 @@ def train_test_tokenizer(out: Path, vocab_size: int = 256) -> None:
     ids = [tok.token_to_id(t) for t in ("<|im_end|>", "<|endoftext|>")]
     gen = {"eos_token_id": ids, "pad_token_id": tok.token_to_id("<|endoftext|>")}
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    return int(tok.get_vocab_size())
 
 
 # Files a Hugging Face checkpoint may hold for its tokenizer and generation settings.
@@ -172,9 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="npu_export.tokenizer", description="Writes the small test tokenizer.")
     p.add_argument("--out", type=Path, required=True, help="output directory (created)")
     p.add_argument("--vocab-size", type=int, default=256)
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="train on these local files/folders (.py .md .rst .txt) instead of the built-in text, "
+        "up to --vocab-size tokens (e.g. 151665 for a Qwen2.5-1.5B export)",
+    )
+    p.add_argument("--corpus-mb", type=int, default=64, help="read at most this many MB of the corpus")
     args = p.parse_args(argv)
-    train_test_tokenizer(args.out, args.vocab_size)
-    print(f"wrote {args.out}")
+    n = train_test_tokenizer(args.out, args.vocab_size, args.corpus, args.corpus_mb)
+    print(f"wrote {args.out} ({n} tokens)")
     return 0
 
 
