@@ -20,11 +20,13 @@ pub struct ModelArgs {
     /// The decode program (.npubin, or IR JSON compiled on use).
     #[arg(long)]
     pub decode: Option<PathBuf>,
+    /// The weights (safetensors, keyed by the IR's weight names).
     #[arg(long)]
     pub weights: Option<PathBuf>,
     /// A tokenizer directory (tokenizer.json, tokenizer_config.json); default: MODEL_DIR's.
     #[arg(long, value_name = "DIR")]
     pub tokenizer: Option<PathBuf>,
+    /// The backend that runs the programs (cpu, cuda).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
     /// Target the IR graphs are compiled for (npu, cpu).
@@ -60,7 +62,7 @@ pub struct SamplingArgs {
     #[arg(long = "stop", value_name = "TEXT")]
     pub stop: Vec<String>,
     /// At most this many new tokens (default: until an end-of-sequence token or a stop
-    /// string, or until the KV cache is full).
+    /// string, or until the KV cache is full; 16 with --prompt-ids).
     #[arg(long)]
     pub max_new_tokens: Option<usize>,
 }
