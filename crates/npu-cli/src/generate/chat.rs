@@ -6,7 +6,7 @@
 
 use super::args::{ModelArgs, SamplingArgs};
 use super::{first_messages, load, stats};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use npu_text::{
     generate as run_generation, ChatTemplate, Finish, GenerateOptions, LanguageModel, Message,
     Sampler, TextError,
@@ -25,8 +25,8 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 
 pub fn chat(a: ChatArgs) -> Result<()> {
     a.sampling.params().validate()?;
-    let mut loaded = load::load(&a.model)?;
-    let tk = load::need_tokenizer(&loaded, &a.model)?;
+    let mut loaded = load::load(&a.model, load::Needs::ChatTemplate)?;
+    let tk = load::tokenizer(&loaded)?;
     let template = ChatTemplate::new(tk.chat_template().ok_or(TextError::NoChatTemplate)?)?;
     let special = tk.special_tokens().clone();
     let eos = tk.eos_token_ids().to_vec();
@@ -79,7 +79,8 @@ pub fn chat(a: ChatArgs) -> Result<()> {
             _ => {}
         }
         messages.push(Message::new("user", input));
-        let tk = loaded.tokenizer.as_ref().expect("checked above");
+        // The field, not the whole `loaded`: the session is borrowed mutably below.
+        let tk = loaded.tokenizer.as_ref().context("no tokenizer")?;
         let ids = tk.encode(&template.render(&messages, true, &special)?, false)?;
         if ids.is_empty() {
             eprintln!("[the chat template rendered nothing for this conversation]");

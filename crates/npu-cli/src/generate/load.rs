@@ -57,7 +57,15 @@ fn progress(steps: u64) -> ProgressBar {
     bar
 }
 
-pub fn load(m: &ModelArgs) -> Result<Loaded> {
+/// What the command cannot do without: checked before anything is compiled or loaded.
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
+pub enum Needs {
+    Programs,
+    Tokenizer,
+    ChatTemplate,
+}
+
+pub fn load(m: &ModelArgs, needs: Needs) -> Result<Loaded> {
     let dir = match &m.model {
         Some(d) => Some(ModelDir::open(d)?),
         None => None,
@@ -96,9 +104,23 @@ pub fn load(m: &ModelArgs) -> Result<Loaded> {
         target,
         dtype: m.dtype.map(Into::into),
     };
-    let salt = compiler_salt();
     let t = Instant::now();
-    let bar = progress(5);
+    let tokenizer = match &tok_dir {
+        Some(d) => Some(TextTokenizer::from_dir(d)?),
+        None => None,
+    };
+    match &tokenizer {
+        None if needs >= Needs::Tokenizer => {
+            let dir = m.model.clone().unwrap_or_else(|| PathBuf::from("."));
+            return Err(npu_text::TextError::NoTokenizer { dir }.into());
+        }
+        Some(tk) if needs == Needs::ChatTemplate && tk.chat_template().is_none() => {
+            return Err(npu_text::TextError::NoChatTemplate.into());
+        }
+        _ => {}
+    }
+    let salt = compiler_salt();
+    let bar = progress(4);
     let mut notes = Vec::new();
     let mut programs = Vec::new();
     for g in [&prefill, &decode] {
@@ -156,23 +178,16 @@ pub fn load(m: &ModelArgs) -> Result<Loaded> {
     let decode_exe = exes.pop().context("two programs")?;
     let prefill_exe = exes.pop().context("two programs")?;
     let session = Session::new(prefill_exe, decode_exe)?;
-    let tokenizer = match tok_dir {
-        Some(d) => {
-            bar.set_message(format!("loading the tokenizer {}", d.display()));
-            let tk = TextTokenizer::from_dir(&d)?;
-            if tk.vocab_size() > session.vocab_size() {
-                bail!(
-                    "{}: the tokenizer has {} tokens, the model's logits only {}",
-                    d.display(),
-                    tk.vocab_size(),
-                    session.vocab_size()
-                );
-            }
-            Some(tk)
+    if let (Some(tk), Some(d)) = (&tokenizer, &tok_dir) {
+        if tk.vocab_size() > session.vocab_size() {
+            bail!(
+                "{}: the tokenizer has {} tokens, the model's logits only {}",
+                d.display(),
+                tk.vocab_size(),
+                session.vocab_size()
+            );
         }
-        None => None,
-    };
-    bar.inc(1);
+    }
     bar.finish_and_clear();
     // First-use compiles are worth a line (on stderr, before any generated text).
     for n in &notes {
@@ -185,17 +200,7 @@ pub fn load(m: &ModelArgs) -> Result<Loaded> {
     })
 }
 
-/// The tokenizer, or the error that says where it was looked for.
-pub fn need_tokenizer<'a>(l: &'a Loaded, m: &ModelArgs) -> Result<&'a TextTokenizer> {
-    match &l.tokenizer {
-        Some(t) => Ok(t),
-        None => {
-            let dir = m
-                .tokenizer
-                .clone()
-                .or_else(|| m.model.clone())
-                .unwrap_or_else(|| PathBuf::from("."));
-            Err(npu_text::TextError::NoTokenizer { dir }.into())
-        }
-    }
+/// The tokenizer that [`load`] checked was there.
+pub fn tokenizer(l: &Loaded) -> Result<&TextTokenizer> {
+    l.tokenizer.as_ref().context("no tokenizer")
 }

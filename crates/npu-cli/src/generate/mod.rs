@@ -116,11 +116,16 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     } else {
         Some(prompt_text(&a.prompt)?)
     };
-    let mut loaded = load::load(&a.model)?;
+    let needs = match (&text, a.prompt.chat) {
+        (None, _) => load::Needs::Programs,
+        (Some(_), false) => load::Needs::Tokenizer,
+        (Some(_), true) => load::Needs::ChatTemplate,
+    };
+    let mut loaded = load::load(&a.model, needs)?;
     let prompt: Vec<u32> = match &text {
         None => ids(&a.prompt.prompt_ids)?,
         Some(t) => {
-            let tk = load::need_tokenizer(&loaded, &a.model)?;
+            let tk = load::tokenizer(&loaded)?;
             if a.prompt.chat {
                 let src = tk
                     .chat_template()
