@@ -290,3 +290,40 @@ fn streaming_never_splits_a_character_and_adds_up_to_the_decode() {
     }
     assert!(split > 5, "the cases must split characters across tokens");
 }
+
+#[test]
+fn template_constructs_render_like_jinja2_in_transformers() {
+    let Some(dir) = model_dir("template_constructs_render_like_jinja2_in_transformers") else {
+        return;
+    };
+    // Parsed straight into template values, so maps keep the key order Python wrote (tojson
+    // writes them in that order).
+    let text = std::fs::read_to_string(dir.join("text_reference.json")).unwrap();
+    let r: minijinja::Value = serde_json::from_str(&text).unwrap();
+    let cases = r.get_attr("templates").unwrap();
+    let mut n = 0;
+    for c in cases.try_iter().unwrap() {
+        let get = |k: &str| c.get_attr(k).unwrap();
+        let name = get("name").to_string();
+        let special: std::collections::BTreeMap<String, String> = get("special_tokens")
+            .try_iter()
+            .unwrap()
+            .map(|k| {
+                let v = get("special_tokens").get_item(&k).unwrap().to_string();
+                (k.to_string(), v)
+            })
+            .collect();
+        let t = ChatTemplate::new(get("template").as_str().unwrap()).unwrap();
+        let got = t
+            .render_with(
+                &get("messages"),
+                get("add_generation_prompt").is_true(),
+                &special,
+                get("tools"),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(got, get("text").as_str().unwrap(), "{name}");
+        n += 1;
+    }
+    assert!(n >= 4);
+}

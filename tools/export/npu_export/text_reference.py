@@ -74,6 +74,88 @@ CHAT_CASES: list[dict[str, Any]] = [
     },
 ]
 
+# Templates that exercise what real chat templates use (Llama 3 and Mistral style: namespace, tools and
+# tojson(indent), filters and tests, Python string methods, dict literals, raise_exception not taken, plain
+# blocks under trim_blocks/lstrip_blocks), rendered by apply_chat_template(chat_template=...).
+LLAMA_STYLE = r"""{{- bos_token }}
+{%- set ns = namespace(system="", has_tools=tools is not none) %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set ns.system = messages[0]['content'] | trim %}
+    {%- set messages = messages[1:] %}
+{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if ns.has_tools %}
+    {{- "Tools:\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- ns.system ~ "<|eot_id|>" }}
+{%- for message in messages %}
+    {%- if message.role not in ['user', 'assistant'] %}
+        {{- raise_exception('Unknown role: ' ~ message.role) }}
+    {%- endif %}
+    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim }}
+    {{- '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"""
+MISTRAL_STYLE = r"""{%- set users = messages | selectattr('role', 'equalto', 'user')
+    | map(attribute='content') | list %}
+{{- bos_token }}[{{ users | length }} user turns: {{ users | join(' / ') }}]
+{%- for message in messages %}
+    {%- if message.content is string and message.content.startswith('#') %}
+        {{- ' [heading]' }}
+    {%- endif %}
+    {%- if message.role == 'user' %}
+        {{- ' [INST] ' + message.content.strip().split(' ')[0] | upper }}
+        {{- ' ' + message.content.strip() + ' [/INST]' }}
+    {%- elif message.role == 'assistant' %}
+        {{- ' ' + message.content.strip() + eos_token if loop.last else ' ' + message.content.strip() }}
+    {%- endif %}
+{%- endfor %}
+{%- for k, v in {'b': [true, none, 2.5, 'x"y'], 'a': {'z': 1, 'c': -3}}.items() %} {{ k }}={{ v | tojson }}
+{%- endfor %}
+"""
+PLAIN_BLOCKS = """{% for m in messages %}
+    {% if loop.first %}<first of {{ loop.length }}>{% endif %}
+<{{ m.role }}>{{ m.content }}</{{ m.role }}>{{ '\n' if not loop.last }}
+{% endfor %}
+{% if add_generation_prompt %}
+  <assistant>
+{% endif %}
+"""
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": 'The weather in a city, "now".',
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+CONVERSATION = [
+    {"role": "system", "content": "  You are terse.  "},
+    {"role": "user", "content": "# Hello there, model"},
+    {"role": "assistant", "content": " Hi! "},
+    {"role": "user", "content": "Weather in Paris, café au lait?"},
+]
+TEMPLATE_CASES: list[tuple[str, str, bool, bool]] = [
+    # (name, template, with tools, add_generation_prompt)
+    ("llama-style, tools", LLAMA_STYLE, True, True),
+    ("llama-style", LLAMA_STYLE, False, False),
+    ("mistral-style", MISTRAL_STYLE, False, True),
+    ("plain blocks", PLAIN_BLOCKS, False, True),
+]
+
 SHORT_PROMPT = "Hi!"
 LONG_PROMPT = "The quick brown fox jumps over the lazy dog, and the compiler writes a program for the device."
 CHAT_PROMPT = "Hi! Tell me a story."
@@ -179,6 +261,29 @@ def write(model: PreTrainedModel, out: Path, max_len: int, with_model: bool = Tr
                 case["messages"], tokenize=False, add_generation_prompt=case["add_generation_prompt"]
             )
             ref["chat"].append({**case, "text": text, "ids": tok.encode(text, add_special_tokens=False)})
+    ref["templates"] = []
+    for name, template, with_tools, gen in TEMPLATE_CASES:
+        messages = CONVERSATION if name != "mistral-style" else CONVERSATION[1:]
+        text = tok.apply_chat_template(
+            messages,
+            chat_template=template,
+            tools=TOOLS if with_tools else None,
+            tokenize=False,
+            add_generation_prompt=gen,
+            bos_token="<s>",
+            eos_token="</s>",
+        )
+        ref["templates"].append(
+            {
+                "name": name,
+                "template": template,
+                "messages": messages,
+                "tools": TOOLS if with_tools else None,
+                "add_generation_prompt": gen,
+                "special_tokens": {"bos_token": "<s>", "eos_token": "</s>"},
+                "text": text,
+            }
+        )
     if with_model:
         pad = tok.pad_token_id if tok.pad_token_id is not None else (eos[0] if eos else 0)
         prompts: list[dict[str, Any]] = [
