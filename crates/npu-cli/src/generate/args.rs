@@ -78,6 +78,22 @@ impl SamplingArgs {
         }
     }
 
+    /// Refuses settings outside their domain before anything loads.
+    pub fn validate(&self) -> npu_text::Result<()> {
+        self.params().validate()?;
+        if self.stop.iter().any(String::is_empty) {
+            return Err(npu_text::TextError::Invalid(
+                "a --stop string is empty".into(),
+            ));
+        }
+        if self.max_new_tokens == Some(0) {
+            return Err(npu_text::TextError::Invalid(
+                "--max-new-tokens must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The seed: the given one, or one from the clock.
     pub fn seed(&self) -> u64 {
         self.seed.unwrap_or_else(|| {

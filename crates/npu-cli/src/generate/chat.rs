@@ -24,7 +24,7 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 pub fn chat(a: ChatArgs) -> Result<()> {
-    a.sampling.params().validate()?;
+    a.sampling.validate()?;
     let mut loaded = load::load(&a.model, load::Needs::ChatTemplate)?;
     let tk = load::tokenizer(&loaded)?;
     let template = ChatTemplate::new(tk.chat_template().ok_or(TextError::NoChatTemplate)?)?;

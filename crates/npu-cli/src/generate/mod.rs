@@ -102,7 +102,7 @@ pub fn first_messages(system: Option<&str>, user: &str) -> Vec<Message> {
 }
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
-    a.sampling.params().validate()?;
+    a.sampling.validate()?;
     let token_mode = !a.prompt.prompt_ids.is_empty();
     if token_mode && (a.prompt.prompt.is_some() || a.prompt.prompt_file.is_some()) {
         bail!("pass --prompt-ids or a text prompt, not both");
