@@ -5,7 +5,7 @@
 //! told so, and `/reset` frees it.
 
 use super::args::{ModelArgs, SamplingArgs};
-use super::{first_messages, load, stats};
+use super::{load, stats};
 use anyhow::{Context, Result};
 use npu_text::{
     generate as run_generation, ChatTemplate, Finish, GenerateOptions, LanguageModel, Message,
@@ -37,10 +37,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         stop: a.sampling.stop.clone(),
         eos,
     };
-    let system: Vec<Message> = first_messages(a.system.as_deref(), "")
-        .into_iter()
-        .filter(|m| m.role == "system")
-        .collect();
+    let system: Vec<Message> = a.system.iter().map(|s| Message::new("system", s)).collect();
     let mut messages = system.clone();
     let interactive = std::io::stdin().is_terminal();
     let max = loaded.session.cache_len();
@@ -61,7 +58,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
             let _ = std::io::stderr().flush();
         }
         let Some(line) = lines.next() else { break };
-        let line = line?;
+        let line = line.context("cannot read a message from stdin")?;
         let input = line.trim_end_matches(['\r', '\n']);
         match input.trim() {
             "" => continue,
