@@ -33,3 +33,16 @@ export_model resnet50-b4  resnet50 --batch 4 --seed 0
 for m in vit-tiny whisper-encoder-tiny unet-tiny mobilenet-v3-small; do
     export_model "$m" "$m" --seed 0
 done
+# Text in, text out (issue 15): a small byte-level BPE trained here with the `tokenizers` library (256
+# tokens, Qwen's pre-tokenizer and special tokens, a Qwen2.5-style chat template; nothing is downloaded),
+# attached to a qwen2.5-tiny export with a 128-slot cache. The export writes text_reference.json: the
+# encodings, chat prompts, greedy generations and sampling distributions of transformers on that model.
+if [ "$(cat "$OUT/test-tokenizer/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
+    rm -rf "${OUT:?}/test-tokenizer"
+    echo "test-tokenizer: npu_export.tokenizer"
+    "$PY" -m npu_export.tokenizer --out "$OUT/test-tokenizer" >/dev/null
+    echo "$stamp" > "$OUT/test-tokenizer/.stamp"
+else
+    echo "test-tokenizer: up to date"
+fi
+export_model qwen2.5-tiny-text qwen2.5-tiny --seed 0 --max-cache-len 128 --tokenizer "$OUT/test-tokenizer"

@@ -33,7 +33,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum DTypeArg {
+pub enum DTypeArg {
     F16,
     Bf16,
     F32,
@@ -122,24 +122,46 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Greedy generation with a prefill and a decode program sharing the KV cache.
+    /// Generate text (or tokens) with a prefill and a decode program sharing the KV cache:
+    /// `npu generate MODEL_DIR --prompt "..."` streams the text to stdout.
     Generate {
-        #[arg(long)]
-        prefill: PathBuf,
-        #[arg(long)]
-        decode: PathBuf,
-        #[arg(long)]
-        weights: PathBuf,
-        /// Comma-separated token ids.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[command(flatten)]
+        model: generate::args::ModelArgs,
+        /// The prompt text.
+        #[arg(long, conflicts_with_all = ["prompt_file", "prompt_ids"])]
+        prompt: Option<String>,
+        /// Read the prompt from this file (`-`: stdin). Without a prompt option, a prompt
+        /// piped on stdin is read.
+        #[arg(long, value_name = "FILE", conflicts_with = "prompt_ids")]
+        prompt_file: Option<PathBuf>,
+        /// Comma-separated token ids instead of text; prints the generated ids.
+        #[arg(long, value_delimiter = ',')]
         prompt_ids: Vec<i64>,
-        #[arg(long, default_value_t = 16)]
-        max_new_tokens: usize,
-        #[arg(long, default_value = "cpu")]
-        backend: String,
+        /// Render the prompt as a user message with the tokenizer's chat template.
+        #[arg(long)]
+        chat: bool,
+        /// With --chat: the system message.
+        #[arg(long, requires = "chat")]
+        system: Option<String>,
+        #[command(flatten)]
+        sampling: generate::args::SamplingArgs,
+        /// Print one JSON object (text, tokens, timings) instead of streaming.
+        #[arg(long)]
+        json: bool,
         /// Time every step of prefill and decode and print where the time goes.
         #[arg(long)]
         profile: bool,
+    },
+    /// Talk to a model: an interactive loop that keeps the KV cache across turns
+    /// (`/reset` starts over, `/exit` ends).
+    Chat {
+        #[command(flatten)]
+        model: generate::args::ModelArgs,
+        /// The system message.
+        #[arg(long)]
+        system: Option<String>,
+        #[command(flatten)]
+        sampling: generate::args::SamplingArgs,
     },
 }
 
@@ -255,22 +277,40 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Generate {
-            prefill,
-            decode,
-            weights,
+            model,
+            prompt,
+            prompt_file,
             prompt_ids,
-            max_new_tokens,
-            backend,
+            chat,
+            system,
+            sampling,
+            json,
             profile,
         } => {
             generate::generate(generate::GenerateArgs {
-                prefill,
-                decode,
-                weights,
-                prompt_ids,
-                max_new_tokens,
-                backend,
+                model,
+                sampling,
+                prompt: generate::PromptArgs {
+                    prompt,
+                    prompt_file,
+                    prompt_ids,
+                    chat,
+                    system,
+                },
+                json,
                 profile,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Chat {
+            model,
+            system,
+            sampling,
+        } => {
+            generate::chat::chat(generate::chat::ChatArgs {
+                model,
+                sampling,
+                system,
             })?;
             Ok(ExitCode::SUCCESS)
         }

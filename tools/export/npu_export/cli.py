@@ -33,6 +33,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="weights seed; inputs use seed+1 (and seed+2)")
     p.add_argument("--ir-only", action="store_true", help="write only IR JSON + meta.json (meta device)")
     p.add_argument("--hf-dir", type=Path, default=None, help="local HF checkpoint dir (Qwen models only)")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="Qwen models: copy this tokenizer dir (tokenizer.json + tokenizer_config.json) into the export "
+        "(default: the --hf-dir checkpoint's, when it has one)",
+    )
     p.add_argument("--decode-steps", type=int, default=None, help="greedy decode steps (tiny 32, 1.5b 4)")
     p.add_argument(
         "--no-hf-check", action="store_true", help="skip the cross-check against HF generate (Qwen models)"
@@ -42,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.tokenizer is not None and args.model not in QWEN_MODELS:
+        print("error: --tokenizer applies to Qwen models only", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.model in QWEN_MODELS:

@@ -17,7 +17,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 from transformers.cache_utils import Cache, StaticLayer
 
-from . import common
+from . import common, text_reference, tokenizer
 
 FIXED_INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position")
 
@@ -303,6 +303,8 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
         },
     }
 
+    tok_files = _copy_tokenizer(args, cfg, out)
+    meta["tokenizer"] = tok_files or None
     if not args.ir_only:
         meta.update(_reference(args, cfg, dtype, seq_len, max_len, steps, irs, out))
         meta["files"] = [
@@ -311,11 +313,30 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
             "weights.safetensors",
             "io.safetensors",
             "meta.json",
+            *tok_files,
         ]
+        if (out / text_reference.FILE).is_file():
+            meta["files"].append(text_reference.FILE)
     else:
-        meta["files"] = ["prefill.ir.json", "decode.ir.json", "meta.json"]
+        meta["files"] = ["prefill.ir.json", "decode.ir.json", "meta.json", *tok_files]
     common.write_json(meta, out / "meta.json")
     return meta
+
+
+def _copy_tokenizer(args: argparse.Namespace, cfg: Qwen2Config, out: Path) -> list[str]:
+    """Copies --tokenizer DIR, else the --hf-dir checkpoint's tokenizer (when it has one), into ``out``."""
+    src: Path | None = getattr(args, "tokenizer", None)
+    if src is None and args.hf_dir is not None and (args.hf_dir / "tokenizer.json").is_file():
+        src = args.hf_dir
+    if src is None:
+        return []
+    files = tokenizer.copy_tokenizer(src, out)
+    from tokenizers import Tokenizer
+
+    n = Tokenizer.from_file(str(out / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
+    if n > cfg.vocab_size:
+        raise SystemExit(f"{src}: the tokenizer has {n} tokens, the model's vocabulary {cfg.vocab_size}")
+    return files
 
 
 def _reference(
@@ -426,6 +447,8 @@ def _reference(
             if dtype == torch.float32:
                 raise RuntimeError(msg)
             print("WARNING: " + msg)
+    if (out / "tokenizer.json").is_file():
+        text_reference.write(model, out, max_len, with_model=not args.no_hf_check)
     return result
 
 
