@@ -111,6 +111,12 @@ check "python package: pip install ." .venv/bin/pip install --quiet .
 check "python package: lint" bash -c 'cd python && ../.venv/bin/ruff check . && ../.venv/bin/ruff format --check .'
 pytest_step "python package: tests" python/tests
 
+# NVRTC from the CUDA wheels PyPI's torch installs into the venv: the CUDA kernel library and
+# every pointwise row's generated code compile here with no GPU (kernels_compile_with_nvrtc).
+nvrtc_dir=$(ls -d "$ROOT"/.venv/lib/python3*/site-packages/nvidia/cu13/lib 2>/dev/null | head -1)
+if [ -n "$nvrtc_dir" ]; then
+    export LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 cargo_test_step "rust: tests" --workspace
 
 # PyTorch's OpInfo samples as one-op graphs through `npu run` (exports cached under target/opinfo):

@@ -29,9 +29,12 @@ pub enum FusedOp {
     },
     /// linear with an activation epilogue. Inputs: x, weight, optional bias.
     Linear { act: Act },
-    /// `r + x @ weight^T` (a residual add folded into the GEMM as its bias term, one
-    /// rounding). Inputs: x, weight, r (r has the output's shape).
+    /// `r + x @ weight^T` (a residual add folded into the GEMM as its bias term, rounded as
+    /// PyTorch rounds the two ops). Inputs: x, weight, r (r has the output's shape).
     LinearAdd,
+    /// `linear(rms_norm(x, norm_weight, eps), weight, bias?)`, then act: the norm runs in the
+    /// GEMM's prologue. Inputs: x, weight, bias?, norm_weight.
+    NormLinear { eps: f64, act: Option<Act> },
     /// A chain of elementwise ops as one expression over broadcast inputs.
     Elementwise(Expr),
     /// x * rsqrt(mean(x^2, -1) + eps) * weight, in f32. Inputs: x, weight.
@@ -61,6 +64,7 @@ impl Op {
                 FusedOp::Conv2d { act: None, .. } => "conv2d".into(),
                 FusedOp::Linear { act } => format!("linear+{}", act.name()),
                 FusedOp::LinearAdd => "linear+add".into(),
+                FusedOp::NormLinear { .. } => "rms_norm+linear".into(),
                 FusedOp::Elementwise(e) => format!("elementwise({})", e),
                 FusedOp::RmsNorm { .. } => "rms_norm".into(),
                 FusedOp::MaskedSoftmax { .. } => "masked_softmax".into(),

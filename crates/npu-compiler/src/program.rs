@@ -111,12 +111,16 @@ pub enum Kernel {
     /// `beta` has no effect when no bias is bound. `residual`: the bias is a residual
     /// stream, added after the product is rounded to the output dtype (PyTorch's
     /// `r + linear(x)` rounds twice; a linear's own bias is added before the one rounding);
-    /// it needs a bias and no act.
+    /// it needs a bias and no act. `norm`: each row of `a` is first RMS-normalized over K
+    /// with this eps, with the RmsNorm kernel's arithmetic (`round(a * rsqrt(mean(a^2) +
+    /// eps)) * w`, rounded to a's dtype), `w` [K] being the last input.
+    /// Inputs: a, b, bias?, norm weight? (see [`Kernel::gemm_operands`]).
     Gemm {
         alpha: f32,
         beta: f32,
         act: Option<UnaryOp>,
         residual: bool,
+        norm: Option<f32>,
     },
     /// NCHW convolution. Inputs: x [N,C,H,W], w [O,C/g,kh,kw], optional bias [O].
     Conv2d {
@@ -174,6 +178,24 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// A gemm's operands `(a, b, bias, norm weight)` from its inputs (the norm weight is last
+    /// when the kernel has `norm`), or `None` for another kernel or a wrong count.
+    pub fn gemm_operands<'b, B>(
+        &self,
+        ins: &'b [B],
+    ) -> Option<(&'b B, &'b B, Option<&'b B>, Option<&'b B>)> {
+        let Kernel::Gemm { norm, .. } = self else {
+            return None;
+        };
+        let n_norm = usize::from(norm.is_some());
+        if ins.len() < 2 + n_norm || ins.len() > 3 + n_norm {
+            return None;
+        }
+        let nw = norm.map(|_| &ins[ins.len() - 1]);
+        let bias = (ins.len() - n_norm == 3).then(|| &ins[2]);
+        Some((&ins[0], &ins[1], bias, nw))
+    }
+
     /// Kind name used by `describe` totals.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -558,13 +580,15 @@ impl Program {
                 expr.validate(step.inputs.len())
                     .map_err(|e| format!("step {i} ({}): {e}", step.origin))?;
             }
-            if let Kernel::Gemm {
-                residual: true,
-                act,
-                ..
-            } = &step.kernel
-            {
-                if step.inputs.len() != 3 || act.is_some() {
+            if let Kernel::Gemm { residual, act, .. } = &step.kernel {
+                let (_, _, bias, _) = step.kernel.gemm_operands(&step.inputs).ok_or_else(|| {
+                    format!(
+                        "step {i} ({}): a gemm with {} inputs",
+                        step.origin,
+                        step.inputs.len()
+                    )
+                })?;
+                if *residual && (bias.is_none() || act.is_some()) {
                     return Err(format!(
                         "step {i} ({}): a residual gemm needs a bias and no activation",
                         step.origin

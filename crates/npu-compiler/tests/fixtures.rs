@@ -54,9 +54,27 @@ fn qwen_checks(p: &Program, report: &CompileReport, layers: usize) {
     );
     assert_eq!(f["rope"], 2 * layers, "RoPE on q and k of every layer");
     assert_eq!(f["silu_mul"], layers, "every MLP's SiLU*mul fused");
+    // and then folded into the GEMM that reads it (its prologue): all of them but a prefill's
+    // final norm, which the LM head reads through the last position's slice
+    assert!(
+        f["norm_linear"] >= 2 * layers,
+        "every layer's RMSNorms in GEMM prologues, got {}",
+        f["norm_linear"]
+    );
+    assert_eq!(
+        f["linear_residual"],
+        2 * layers,
+        "o_proj and down_proj add the residual"
+    );
     let t = kernel_totals(p);
     assert_eq!(t["attention"], layers);
-    assert_eq!(t["rms_norm"], 2 * layers + 1);
+    assert!(
+        t.get("rms_norm").copied().unwrap_or(0) <= 1,
+        "at most the final norm alone"
+    );
+    // q/k/v and gate/up each one GEMM: 4 per layer, plus the LM head and RoPE's inv_freq
+    // outer product
+    assert_eq!(t["gemm"], 4 * layers + 2);
     assert_eq!(t["rope"], 2 * layers);
     assert_eq!(t["index_copy"], 2 * layers);
     // No materialized GQA expand: attention reads K/V with their KV heads, straight from the

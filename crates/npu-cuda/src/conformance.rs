@@ -303,6 +303,7 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         beta,
         act,
         residual: false,
+        norm: None,
     };
     // GEMV (M = 1) on a transposed bf16 weight with bias, vectorized and odd K.
     for (dt, k, n) in [
@@ -328,6 +329,7 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         beta: 1.0,
         act: None,
         residual: true,
+        norm: None,
     };
     for (m, k, n) in [(1, 1536, 1536), (128, 1536, 256)] {
         v.push(
@@ -348,6 +350,34 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
             .input(rng, &[5, 7], F16)
             .output(&[5, 7], F16),
     );
+    // RMSNorm in the GEMM's prologue: k_gemv16's staging (decode, with a bias), and a
+    // k_rms_norm launch into scratch before cuBLASLt (prefill) and the SIMT GEMM.
+    for (m, k, n, dt, bias) in [
+        (1, 1536, 2048, BF16, true),
+        (128, 1536, 256, BF16, false),
+        (5, 64, 40, F16, true),
+    ] {
+        let kern = Kernel::Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            act: None,
+            residual: false,
+            norm: Some(1e-6),
+        };
+        let mut c = Case::new(
+            format!(
+                "gemm {dt} {m}x{k}x{n} rms_norm prologue{}",
+                if bias { " + bias" } else { "" }
+            ),
+            kern,
+        )
+        .input(rng, &[m, k], dt)
+        .view(rng, &[n, k], dt, &[k, n], &[1, k], 0);
+        if bias {
+            c = c.view(rng, &[n], dt, &[m, n], &[0, 1], 0);
+        }
+        v.push(c.input(rng, &[k], dt).output(&[m, n], dt));
+    }
     // cuBLASLt GEMMs: prefill-like bf16 with a transposed weight, batched f32 with alpha.
     v.push(
         Case::new("gemm bf16 128x960x1536 wT bias", gemm(1.0, 1.0, None))
@@ -744,6 +774,34 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         128,
         F16,
         true,
+        false,
+    ));
+    // the decode kernel at its edges: a head dim that is not a multiple of 32 with the
+    // largest group, and one head per KV head without a mask
+    v.push(att(
+        rng,
+        "attention f32 decode T=300 D=80 GQA 8/1 mask".into(),
+        2,
+        8,
+        1,
+        1,
+        300,
+        80,
+        F32,
+        true,
+        false,
+    ));
+    v.push(att(
+        rng,
+        "attention bf16 decode T=77 D=64 MHA 4/4".into(),
+        1,
+        4,
+        4,
+        1,
+        77,
+        64,
+        BF16,
+        false,
         false,
     ));
     if long {

@@ -35,6 +35,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_conv_epilogue2",
     "k_attn",
     "k_attn_combine",
+    "k_attn_dec",
     "k_conv_direct",
 ];
 

@@ -20,7 +20,6 @@ use npu_runtime::{
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
 
 mod device_io;
 pub use device_io::DevicePtr;
@@ -234,6 +233,11 @@ impl CudaExecutable {
         self.last_gpu_ms
     }
 
+    /// Kernel launches (and cuBLASLt calls) in one run.
+    pub fn launches_per_run(&self) -> usize {
+        1 + self.steps.iter().map(Vec::len).sum::<usize>()
+    }
+
     /// Whether the last run replayed a captured graph.
     pub fn graph_ready(&self) -> bool {
         self.graph.is_some()
@@ -376,22 +380,34 @@ impl CudaExecutable {
 
     fn execute(&mut self) -> Result<()> {
         let stream = self.dev.cu_stream();
-        if self.step_ms.is_on() {
-            Self::launch_kernel(&self.dev, &mut self.clear)?;
-            for si in 0..self.steps.len() {
-                let t = Instant::now();
-                self.launch_step(si).map_err(|e| self.step_err(si, e))?;
-                self.sync()?;
-                self.step_ms.add(si, t.elapsed().as_secs_f64() * 1e3);
-            }
-            return Ok(());
-        }
         let ev = |what| {
             self.dev
                 .ctx
                 .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| CudaError::driver(what, e))
         };
+        if self.step_ms.is_on() {
+            // Eager, with a device event between steps: each step's GPU time without host
+            // synchronization in between (the events add well under a microsecond each).
+            Self::launch_kernel(&self.dev, &mut self.clear)?;
+            let marks = (0..=self.steps.len())
+                .map(|_| ev("creating an event"))
+                .collect::<std::result::Result<Vec<_>, CudaError>>()?;
+            for (si, mark) in marks.iter().enumerate().take(self.steps.len()) {
+                mark.record(&self.dev.stream)
+                    .map_err(|e| CudaError::driver("recording an event", e))?;
+                self.launch_step(si).map_err(|e| self.step_err(si, e))?;
+            }
+            marks[self.steps.len()]
+                .record(&self.dev.stream)
+                .map_err(|e| CudaError::driver("recording an event", e))?;
+            self.sync()?;
+            for (si, pair) in marks.windows(2).enumerate() {
+                let ms = pair[0].elapsed_ms(&pair[1]).unwrap_or(0.0);
+                self.step_ms.add(si, f64::from(ms));
+            }
+            return Ok(());
+        }
         let (start, stop) = (ev("creating an event")?, ev("creating an event")?);
         start
             .record(&self.dev.stream)

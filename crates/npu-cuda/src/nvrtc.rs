@@ -139,5 +139,33 @@ mod tests {
         assert!(code.contains(&name));
         let src = format!("{}\n{code}", crate::elementwise::common_source());
         compile(&src, (9, 0), "a generated kernel").unwrap();
+        // every row of the pointwise table, as the code generator emits it, in one module
+        let mut exprs: Vec<Vec<Instr>> = Vec::new();
+        for u in UnaryOp::all() {
+            exprs.push(vec![Instr::Load(0), Instr::Unary(u)]);
+        }
+        for op in BinaryOp::all() {
+            exprs.push(vec![Instr::Load(0), Instr::Load(1), Instr::Binary(op)]);
+        }
+        for op in npu_ir::TernaryOp::all() {
+            exprs.push(vec![
+                Instr::Load(0),
+                Instr::Load(1),
+                Instr::Load(0),
+                Instr::Ternary(op),
+            ]);
+        }
+        let f32s = |strides: Vec<usize>| b(vec![2, 3], strides, DType::F32);
+        let ins = [f32s(vec![3, 1]), f32s(vec![0, 1])];
+        let mut all = crate::elementwise::common_source();
+        let mut names = std::collections::HashSet::new();
+        for code in exprs {
+            let (k, name) = crate::elementwise::generate(&Expr { code }, &ins, &f32s(vec![3, 1]));
+            if names.insert(name) {
+                all.push('\n');
+                all.push_str(&k);
+            }
+        }
+        compile(&all, (9, 0), "every pointwise table row").unwrap();
     }
 }

@@ -78,16 +78,22 @@ impl Planner<'_> {
                 beta,
                 act,
                 residual,
+                norm,
             } => {
-                need(ins, outs, 2, 3, 1)?;
+                need(ins, outs, 2, 4, 1)?;
+                let (a, b, bias, nw) = step
+                    .kernel
+                    .gemm_operands(ins)
+                    .ok_or_else(|| format!("a gemm with {} inputs", ins.len()))?;
                 return self.gemm(
                     *alpha,
                     *beta,
                     unary_code(*act),
                     *residual,
-                    &ins[0],
-                    &ins[1],
-                    ins.get(2),
+                    a,
+                    b,
+                    bias,
+                    norm.zip(nw),
                     &outs[0],
                 );
             }
@@ -449,6 +455,7 @@ impl Planner<'_> {
         a: &Binding,
         b: &Binding,
         bias: Option<&Binding>,
+        norm: Option<(f32, &Binding)>,
         out: &Binding,
     ) -> Result<StepPlan, String> {
         let (ra, rb, r) = (a.shape.len(), b.shape.len(), out.shape.len());
@@ -468,7 +475,7 @@ impl Planner<'_> {
         let ob = &out.shape[..r - 2];
         let batches: usize = ob.iter().product();
         let with = |last: [usize; 2]| -> Vec<usize> { ob.iter().copied().chain(last).collect() };
-        let an = TdArg::of(a).aligned_to(&with([m, k]));
+        let mut an = TdArg::of(a).aligned_to(&with([m, k]));
         let bn = TdArg::of(b).aligned_to(&with([k, n]));
         let biasn = bias.map(|x| TdArg::of(x).aligned_to(&out.shape));
         let bias_mode = match (bias.is_some(), residual) {
@@ -477,21 +484,111 @@ impl Planner<'_> {
             (true, true) => 2,
         };
         let o = TdArg::of(out);
-        let null = TdArg::null();
         let (b_sk, b_sn) = (bn.td.st[r - 2], bn.td.st[r - 1]);
-        if m == 1 && b_sk == 1 && (1..=12288).contains(&k) && batches <= 65535 && b.dtype.is_float()
-        {
-            let esz = b.dtype.size_bytes() as u64;
-            let off_ok = matches!(bn.loc, Loc::Slot(_, off) if off % 16 == 0);
-            let bs_ok = (0..r - 2).all(|d| bn.td.st[d] % 8 == 0);
-            let vec = esz == 2 && k % 8 == 0 && b_sn % 8 == 0 && off_ok && bs_ok;
-            // Same 16-bit dtype on both sides: a is staged raw (half the shared memory).
-            let raw16 = vec && a.dtype == b.dtype;
+        let gemv = m == 1
+            && b_sk == 1
+            && (1..=12288).contains(&k)
+            && batches <= 65535
+            && b.dtype.is_float();
+        let esz = b.dtype.size_bytes() as u64;
+        let off_ok = matches!(bn.loc, Loc::Slot(_, off) if off % 16 == 0);
+        let bs_ok = (0..r - 2).all(|d| bn.td.st[d] % 8 == 0);
+        let vec = esz == 2 && k % 8 == 0 && b_sn % 8 == 0 && off_ok && bs_ok;
+        // Same 16-bit dtype on both sides: a is staged raw (half the shared memory).
+        let raw16 = gemv && vec && a.dtype == b.dtype;
+        // The RMSNorm prologue: in k_gemv16's staging of a, or else one k_rms_norm launch
+        // into scratch (after the cuBLASLt result) that the GEMM reads as its a.
+        let mut pre = Vec::new();
+        let mut norm_end = 0;
+        let norm_arg = match norm {
+            Some((eps, nw)) if raw16 => (TdArg::of(nw), 1, eps),
+            Some((eps, nw)) => {
+                if ra != 2 {
+                    return Err(format!(
+                        "a normalized gemm needs a 2-D a, got {:?}",
+                        a.shape
+                    ));
+                }
+                let off = SCRATCH0 + align((batches * m * n * 4) as u64);
+                norm_end = off + align((m * k * a.dtype.size_bytes()) as u64) - SCRATCH0;
+                let normed = TdArg::scratch(off, a.dtype, &[m, k]);
+                pre.push(kl(
+                    self.f("k_rms_norm"),
+                    (m as u32, 1, 1),
+                    256,
+                    0,
+                    vec![
+                        Arg::Td(TdArg::of(a)),
+                        Arg::Td(TdArg::of(nw)),
+                        Arg::F32(eps),
+                        Arg::Td(normed),
+                    ],
+                ));
+                an = normed.aligned_to(&with([m, k]));
+                (TdArg::null(), 0, 0.0)
+            }
+            None => (TdArg::null(), 0, 0.0),
+        };
+        let plan = self.gemm_paths(GemmPaths {
+            alpha,
+            beta,
+            act,
+            bias_mode,
+            a_dtype: a.dtype,
+            b_dtype: b.dtype,
+            an,
+            bn,
+            biasn,
+            o,
+            norm: norm_arg,
+            m,
+            n,
+            k,
+            batches,
+            gemv,
+            vec,
+            raw16,
+            out_numel: out.numel(),
+        })?;
+        pre.extend(plan.launches);
+        Ok(StepPlan {
+            launches: pre,
+            scratch: plan.scratch.max(norm_end),
+        })
+    }
+
+    /// The GEMM's launches once its operands are bound (see `gemm`).
+    fn gemm_paths(&self, g: GemmPaths) -> Result<StepPlan, String> {
+        let GemmPaths {
+            alpha,
+            beta,
+            act,
+            bias_mode,
+            a_dtype,
+            b_dtype,
+            an,
+            bn,
+            biasn,
+            o,
+            norm,
+            m,
+            n,
+            k,
+            batches,
+            gemv,
+            vec,
+            raw16,
+            out_numel,
+        } = g;
+        let null = TdArg::null();
+        if gemv {
             let (name, smem) = if raw16 {
                 ("k_gemv16", k * 2)
             } else {
                 ("k_gemv", k * 4)
             };
+            // One warp per output column, 8 per block (4 per block, for more blocks at
+            // N = 1536, measured slower on the H100: each block stages all of `a`).
             let launch = kl(
                 self.f(name),
                 (n.div_ceil(8) as u32, batches.max(1) as u32, 1),
@@ -510,9 +607,13 @@ impl Planner<'_> {
                 ],
             );
             let launch = match launch {
-                Launch::Kernel(mut k) if raw16 => {
-                    k.args.pop();
-                    Launch::Kernel(k)
+                Launch::Kernel(mut kern) if raw16 => {
+                    // k_gemv16 has no `vec` flag; it takes the norm prologue's operands
+                    kern.args.pop();
+                    kern.args.push(Arg::Td(norm.0));
+                    kern.args.push(Arg::I32(norm.1));
+                    kern.args.push(Arg::F32(norm.2));
+                    Launch::Kernel(kern)
                 }
                 other => other,
             };
@@ -527,8 +628,8 @@ impl Planner<'_> {
                 self.dev,
                 &an,
                 &bn,
-                a.dtype,
-                b.dtype,
+                a_dtype,
+                b_dtype,
                 m as i64,
                 n as i64,
                 k as i64,
@@ -539,7 +640,7 @@ impl Planner<'_> {
             )
             .map_err(|e| e.to_string())?;
             if let Some(call) = lt {
-                let total = out.numel();
+                let total = out_numel;
                 let epi = epilogue(
                     self.dev,
                     d_off,
@@ -929,6 +1030,12 @@ impl Planner<'_> {
             ));
         }
         let group = h / kvh;
+        let mask = ins.get(3);
+        // One query row, the heads of a KV group sharing one mask row: the decode kernel.
+        let shared_mask = mask.is_none_or(|m| m.strides[1] == 0 || group == 1);
+        if s == 1 && !causal && group <= 8 && d <= 128 && shared_mask {
+            return Ok(self.attention_decode(scale, ins, out, b, h, kvh, t, d));
+        }
         let nw = group.min(8);
         let base_blocks = b * kvh * s * group.div_ceil(nw);
         let want = (2 * self.dev.sms.max(1) as usize).div_ceil(base_blocks.max(1));
@@ -975,6 +1082,85 @@ impl Planner<'_> {
         ));
         Ok((launches, part_bytes))
     }
+}
+
+impl Planner<'_> {
+    /// `k_attn_dec` over splits of at least 32 keys, about two blocks per SM in all, then
+    /// `k_attn_combine`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_decode(
+        &self,
+        scale: f32,
+        ins: &[Binding],
+        out: &Binding,
+        b: usize,
+        h: usize,
+        kvh: usize,
+        t: usize,
+        d: usize,
+    ) -> (Vec<Launch>, u64) {
+        let want = (2 * self.dev.sms.max(1) as usize).div_ceil(b * kvh).max(1);
+        let split_len = t.div_ceil(want).div_ceil(32).max(1) * 32;
+        let nsplit = t.div_ceil(split_len).max(1);
+        let part_bytes = align((b * h * nsplit * (d + 2) * 4) as u64);
+        let mask = ins.get(3).map_or(TdArg::null(), TdArg::of);
+        let launches = vec![
+            kl(
+                self.f("k_attn_dec"),
+                (nsplit as u32, (b * kvh) as u32, 1),
+                128,
+                0,
+                vec![
+                    Arg::Td(TdArg::of(&ins[0])),
+                    Arg::Td(TdArg::of(&ins[1])),
+                    Arg::Td(TdArg::of(&ins[2])),
+                    Arg::Td(mask),
+                    Arg::I32(i32::from(ins.len() == 4)),
+                    Arg::F32(scale),
+                    Arg::I32((h / kvh) as i32),
+                    Arg::I64(split_len as i64),
+                    Arg::I32(nsplit as i32),
+                    Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
+                ],
+            ),
+            kl(
+                self.f("k_attn_combine"),
+                ((b * h) as u32, 1, 1),
+                128,
+                0,
+                vec![
+                    Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
+                    Arg::I32(nsplit as i32),
+                    Arg::Td(TdArg::of(out)),
+                ],
+            ),
+        ];
+        (launches, part_bytes)
+    }
+}
+
+/// A GEMM's bound operands and the path facts `gemm` decided (see `gemm_paths`).
+struct GemmPaths {
+    alpha: f32,
+    beta: f32,
+    act: i32,
+    bias_mode: i32,
+    a_dtype: npu_ir::DType,
+    b_dtype: npu_ir::DType,
+    an: TdArg,
+    bn: TdArg,
+    biasn: Option<TdArg>,
+    o: TdArg,
+    /// k_gemv16's norm prologue operands: weight, on, eps.
+    norm: (TdArg, i32, f32),
+    m: usize,
+    n: usize,
+    k: usize,
+    batches: usize,
+    gemv: bool,
+    vec: bool,
+    raw16: bool,
+    out_numel: usize,
 }
 
 pub(crate) struct ConvP {

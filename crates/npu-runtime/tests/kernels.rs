@@ -183,6 +183,7 @@ fn gemm_matches_reference_on_odd_shapes_strides_and_dtypes() {
                     beta,
                     act: Some(UnaryOp::Relu),
                     residual: false,
+                    norm: None,
                 };
                 run(&kern, &mut [&mut a, &mut bm, &mut bias], &mut out);
                 check(
@@ -208,6 +209,7 @@ fn gemm_matches_reference_on_odd_shapes_strides_and_dtypes() {
             beta: 0.0,
             act: None,
             residual: false,
+            norm: None,
         },
         &mut [&mut a, &mut bm],
         &mut out,
@@ -240,9 +242,49 @@ fn gemm_residual_rounds_the_product_first() {
             beta: 1.0,
             act: None,
             residual,
+            norm: None,
         };
         run(&kern, &mut [&mut x, &mut w, &mut r], &mut out);
         assert_eq!(out.at(&[0, 0]) as f32, want, "residual {residual}");
+    }
+}
+
+/// `norm`: a's rows RMS-normalized (rounded to a's dtype, times the weight, rounded again)
+/// before the product, as the RmsNorm kernel computes them.
+#[test]
+fn gemm_with_an_rms_norm_prologue_matches_norm_then_gemm() {
+    let mut rng = Rng(3);
+    for (m, k, n, dt) in [
+        (1, 64, 24, DType::BF16),
+        (5, 37, 9, DType::F32),
+        (3, 128, 16, DType::F16),
+    ] {
+        let mut a = T::rand(dt, &[m, k], &mut rng);
+        let mut w = T::transposed(dt, &[k, n], &mut rng);
+        let mut g = T::rand(dt, &[k], &mut rng);
+        let mut out = T::rand(dt, &[m, n], &mut rng);
+        let kern = Kernel::Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            act: None,
+            residual: false,
+            norm: Some(1e-5),
+        };
+        run(&kern, &mut [&mut a, &mut w, &mut g], &mut out);
+        let round = |v: f64| f64::from(npu_compiler::expr::round_to(dt, v as f32));
+        check(
+            &out,
+            |i| {
+                let ss: f64 = (0..k).map(|kk| a.at(&[i[0], kk]).powi(2)).sum();
+                let inv = 1.0 / (ss / k as f64 + 1e-5).sqrt();
+                (0..k)
+                    .map(|kk| {
+                        round(round(a.at(&[i[0], kk]) * inv) * g.at(&[kk])) * w.at(&[kk, i[1]])
+                    })
+                    .sum()
+            },
+            &format!("norm gemm {m}x{k}x{n} {dt}"),
+        );
     }
 }
 

@@ -120,3 +120,43 @@ pub fn match_linear_residual(cx: &Cx, n: usize) -> Option<Match> {
     }
     None
 }
+
+/// `linear(rms_norm(x), w, b?)` (plain, or with an activation epilogue) whose norm output is
+/// read by nothing else: the GEMM normalizes its input rows itself (one launch, and the
+/// normalized rows never go to memory).
+pub fn match_norm_linear(cx: &Cx, n: usize) -> Option<Match> {
+    let root = cx.node(n);
+    let act = match root.op {
+        Op::Ir(IrOp::Linear) => None,
+        Op::Fused(FusedOp::Linear { act }) => Some(act),
+        _ => return None,
+    };
+    let x = root.inputs[0];
+    if !cx.uses.single_use(x) {
+        return None;
+    }
+    let (c, norm) = cx.uses.producer(cx.g, x)?;
+    let Op::Fused(FusedOp::RmsNorm { eps }) = norm.op else {
+        return None;
+    };
+    let [nx, nw] = norm.inputs[..] else {
+        return None;
+    };
+    // the norm's row is the linear's K (a norm over another dim does not fold), and the
+    // normalized rows round to the dtype they had (the GEMM rounds them to its input's)
+    if cx.shape(nx) != cx.shape(x)
+        || cx.shape(nw).last() != cx.shape(x).last()
+        || cx.g.ty(nx).dtype != cx.g.ty(x).dtype
+    {
+        return None;
+    }
+    let mut inputs = vec![nx];
+    inputs.extend(&root.inputs[1..]);
+    inputs.push(nw);
+    Some(Match {
+        root: n,
+        absorbed: vec![c],
+        op: FusedOp::NormLinear { eps, act },
+        inputs,
+    })
+}

@@ -29,13 +29,14 @@ pub struct Match {
 type Matcher = fn(&Cx, usize) -> Option<Match>;
 
 /// Patterns in priority order, by name.
-const PATTERNS: [(&str, Matcher); 7] = [
+const PATTERNS: [(&str, Matcher); 8] = [
     ("attention", attention::match_attention),
     ("rms_norm", rmsnorm::match_rmsnorm),
     ("rope", rope::match_rope),
     ("conv_act", epilogue::match_conv_act),
     ("linear_act", epilogue::match_linear_act),
     ("linear_residual", epilogue::match_linear_residual),
+    ("norm_linear", epilogue::match_norm_linear),
     ("masked_softmax", softmax::match_masked_softmax),
 ];
 

@@ -198,6 +198,7 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
                         beta: *beta as f32,
                         act: None,
                         residual: false,
+                        norm: None,
                     },
                     vec![a, b, bias],
                     vec![out],
@@ -396,6 +397,9 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
             )?,
             FusedOp::Linear { act } => emit_linear(lw, node, Some(*act))?,
             FusedOp::LinearAdd => emit_linear_add(lw, node)?,
+            FusedOp::NormLinear { eps, act } => {
+                emit_gemm_of_linear(lw, node, *act, false, Some(*eps as f32))?
+            }
             FusedOp::RmsNorm { eps } => {
                 let x = lw.view(node.inputs[0])?;
                 let w = lw.view(node.inputs[1])?;
@@ -471,7 +475,7 @@ fn emit_conv(lw: &mut Lowerer, node: &CNode, kernel: Kernel) -> Result<(), Compi
 
 /// `r + x @ w^T` with the residual `r` (the output's shape) as the GEMM's bias.
 fn emit_linear_add(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileError> {
-    emit_gemm_of_linear(lw, node, None, true)
+    emit_gemm_of_linear(lw, node, None, true, None)
 }
 
 fn emit_linear(
@@ -479,17 +483,20 @@ fn emit_linear(
     node: &CNode,
     act: Option<npu_ir::UnaryOp>,
 ) -> Result<(), CompileError> {
-    emit_gemm_of_linear(lw, node, act, false)
+    emit_gemm_of_linear(lw, node, act, false, None)
 }
 
 /// A linear's GEMM: x [.., K] viewed as [M, K], the weight [N, K] as its transpose, input 2
-/// a bias broadcast to [M, N] or (`residual`) a tensor of the output's shape.
+/// a bias broadcast to [M, N] or (`residual`) a tensor of the output's shape; with `norm`,
+/// x is RMS-normalized first and the node's last input is the norm weight.
 fn emit_gemm_of_linear(
     lw: &mut Lowerer,
     node: &CNode,
     act: Option<npu_ir::UnaryOp>,
     residual: bool,
+    norm: Option<f32>,
 ) -> Result<(), CompileError> {
+    let n_in = node.inputs.len() - usize::from(norm.is_some());
     let x = lw.view(node.inputs[0])?;
     let w = lw.view(node.inputs[1])?;
     let (Some(&k), &[n, wk]) = (x.shape.last(), &w.shape[..]) else {
@@ -516,7 +523,7 @@ fn emit_gemm_of_linear(
         ));
     }
     let mut ins = vec![a, b];
-    if let Some(&bias) = node.inputs.get(2) {
+    if let Some(&bias) = node.inputs[..n_in].get(2) {
         ins.push(if residual {
             let r = lw.view(bias)?;
             lw.reshaped(r, &[m, n], &node.name)
@@ -524,12 +531,17 @@ fn emit_gemm_of_linear(
             lw.bcast(node, bias, &[m, n])?
         });
     }
+    if norm.is_some() {
+        let nw = node.inputs[n_in];
+        ins.push(lw.view(nw)?);
+    }
     lw.push(
         Kernel::Gemm {
             alpha: 1.0,
             beta: 1.0,
             act,
             residual,
+            norm,
         },
         ins,
         vec![out2],
@@ -605,6 +617,7 @@ fn emit_matmul(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileError> {
             beta: 0.0,
             act: None,
             residual: false,
+            norm: None,
         },
         vec![a, b],
         vec![out_full],

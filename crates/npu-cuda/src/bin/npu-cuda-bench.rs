@@ -87,6 +87,52 @@ fn run(
     ))
 }
 
+/// `"kernels":N,"top_kernels":[..]`: launches per run, and the GPU time per step group
+/// (kernel kind and output shape) over `runs` eager runs with device events between steps,
+/// largest first. The profiled runs are eager, so the graph is recaptured afterwards.
+fn profile_json(
+    x: &mut CudaExecutable,
+    ins: &[(&str, &HostTensor)],
+    st: &mut dyn npu_runtime::DeviceState,
+    runs: usize,
+) -> Res<String> {
+    x.set_profiling(true);
+    for _ in 0..runs {
+        run(x, ins, st)?;
+    }
+    let prof = x.profile();
+    x.set_profiling(false);
+    let mut groups: Vec<(String, usize, f64)> = Vec::new();
+    for (t, s) in prof.iter().zip(&x.program().steps) {
+        let shape = s
+            .outputs
+            .first()
+            .map(|o| format!("{:?}", o.shape))
+            .unwrap_or_default();
+        let key = format!("{} {shape}", t.kernel);
+        let ms = t.total_ms / t.runs.max(1) as f64;
+        match groups.iter_mut().find(|g| g.0 == key) {
+            Some(g) => {
+                g.1 += 1;
+                g.2 += ms;
+            }
+            None => groups.push((key, 1, ms)),
+        }
+    }
+    groups.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let total: f64 = groups.iter().map(|g| g.2).sum();
+    let top: Vec<String> = groups
+        .iter()
+        .take(12)
+        .map(|(k, n, ms)| format!("{{\"name\":{k:?},\"count\":{n},\"ms\":{ms:.4}}}"))
+        .collect();
+    Ok(format!(
+        "\"kernels\":{},\"profiled_ms\":{total:.4},\"top_kernels\":[{}]",
+        x.launches_per_run(),
+        top.join(",")
+    ))
+}
+
 fn cmd_time(a: &HashMap<String, String>) -> Res<String> {
     let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
     let p = load(&arg(a, "program")?)?;
@@ -115,12 +161,13 @@ fn cmd_time(a: &HashMap<String, String>) -> Res<String> {
     if let Some(o) = a.get("out") {
         write_safetensors(&PathBuf::from(o), &out).map_err(|e| npu_ir::error_chain(&e))?;
     }
+    let graph = x.graph_ready();
+    let prof = profile_json(&mut x, &ins, st.as_mut(), 5)?;
     Ok(format!(
-        "{{\"device\":{:?},\"prepare_ms\":{prepare_ms:.1},\"gpu_ms\":{:.4},\"wall_ms\":{:.4},\"graph\":{},\"steps\":{}}}",
+        "{{\"device\":{:?},\"prepare_ms\":{prepare_ms:.1},\"gpu_ms\":{:.4},\"wall_ms\":{:.4},\"graph\":{graph},\"steps\":{},{prof}}}",
         b.describe(),
         median(&mut gpu),
         median(&mut wall),
-        x.graph_ready(),
         p.steps.len()
     ))
 }
@@ -216,6 +263,7 @@ fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
     let mask_io = find("attention_mask")?;
     let max = *mask_io.shape.last().unwrap_or(&0);
     let mut out = Vec::new();
+    let mut last = None;
     for &p in &positions {
         if p >= max {
             return Err(format!("position {p} is outside the cache of {max}"));
@@ -247,11 +295,24 @@ fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
             median(&mut gpu),
             median(&mut wall)
         ));
+        last = Some((ids, mask, pos, cpos));
     }
+    let graph = x.graph_ready();
+    let prof = match &last {
+        Some((ids, mask, pos, cpos)) => {
+            let ins: Vec<(&str, &HostTensor)> = vec![
+                ("input_ids", ids),
+                ("attention_mask", mask),
+                ("position_ids", pos),
+                ("cache_position", cpos),
+            ];
+            format!(",{}", profile_json(&mut x, &ins, st.as_mut(), 5)?)
+        }
+        None => String::new(),
+    };
     Ok(format!(
-        "{{\"device\":{:?},\"cache\":{max},\"graph\":{},\"points\":[{}]}}",
+        "{{\"device\":{:?},\"cache\":{max},\"graph\":{graph},\"points\":[{}]{prof}}}",
         b.describe(),
-        x.graph_ready(),
         out.join(",")
     ))
 }

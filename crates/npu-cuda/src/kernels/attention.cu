@@ -111,25 +111,172 @@ extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int c
   }
 }
 
-// One block per (b, h, s): merges the split partials and stores the output row.
+// One block per (b, h, s): merges the split partials and stores the output row. The split
+// weights exp(m_i - M) / L are computed once into shared memory (up to CMAX splits; more are
+// recomputed per dim), then each thread sums its dims' partials with the loads in flight.
+#define CMAX 1024
 extern "C" __global__ void k_attn_combine(const float* part, int nsplit, TD out) {
+  __shared__ float wsh[CMAX];
   i64 H = out.sh[1], S = out.sh[2];
   int D = (int)out.sh[3];
   i64 row = blockIdx.x, s = row % S, h = (row / S) % H, b = row / (S * H);
   const float* pp = part + row * nsplit * (i64)(D + 2);
   float M = -NPU_INF;
-  for (int i = 0; i < nsplit; ++i) M = fmaxf(M, pp[i * (D + 2)]);
+  for (int i = threadIdx.x; i < nsplit; i += blockDim.x) M = fmaxf(M, pp[i * (D + 2)]);
+  M = block_max(M);
   float L = 0.0f;
-  for (int i = 0; i < nsplit; ++i) {
+  for (int i = threadIdx.x; i < nsplit; i += blockDim.x) {
     float mi = pp[i * (D + 2)];
-    if (mi != -NPU_INF) L += pp[i * (D + 2) + 1] * expf(mi - M);
+    float w = mi == -NPU_INF ? 0.0f : expf(mi - M);
+    if (i < CMAX) wsh[i] = w;
+    L += pp[i * (D + 2) + 1] * w;
   }
+  L = block_sum(L);
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float a = 0.0f;
+#pragma unroll 8
     for (int i = 0; i < nsplit; ++i) {
-      float mi = pp[i * (D + 2)];
-      if (mi != -NPU_INF) a += pp[i * (D + 2) + 2 + d] * expf(mi - M);
+      float w;
+      if (i < CMAX) {
+        w = wsh[i];
+      } else {
+        float mi = pp[i * (D + 2)];
+        w = mi == -NPU_INF ? 0.0f : expf(mi - M);
+      }
+      a += pp[i * (D + 2) + 2 + d] * w;
     }
     st(out, b * out.st[0] + h * out.st[1] + s * out.st[2] + d * out.st[3], L > 0.0f ? a / L : 0.0f);
+  }
+}
+
+// Decode attention (one query row, S == 1, head dim <= 128): grid (split, B * KVH), 128
+// threads (4 warps). A
+// block covers the keys [split * split_len, ..) of one KV head for all `group` (<= DMAXG)
+// query heads of it, in tiles of 32 keys, one key per lane: warp w scores the tile for heads
+// w, w + 4 (its lane's K row straight into registers, 16-byte loads where the layout allows),
+// then runs their online softmax with warp reductions; thread d then accumulates p * v[t][d]
+// for every head with the tile's 32 V values loaded up front. Every loop issues its loads
+// before it uses them: the kernel is latency-bound, not bandwidth-bound, at decode sizes.
+// Masked slots (<= -65504) get probability exactly 0; fully masked tiles are skipped.
+// Partials (m, l, acc[D]) per split as k_attn's, merged by k_attn_combine; q is pre-scaled.
+#define DMAXG 8
+#define DEC_MAXD 128
+extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, TD mask, int has_mask, float scale,
+                                                             int group, i64 split_len, int nsplit, float* part) {
+  __shared__ float qs[DMAXG][DEC_MAXD];
+  __shared__ float ps[DMAXG][32];
+  __shared__ float corr_s[DMAXG];
+  int D = (int)q.sh[3];
+  i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
+  int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
+  int split = blockIdx.x;
+  i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);
+#pragma unroll
+  for (int j = 0; j < DMAXG * DEC_MAXD / 128; ++j) {
+    int idx = tid + 128 * j;
+    if (idx < group * D) {
+      int g = idx / D, d = idx % D;
+      qs[g][d] = ld(q, b * q.st[0] + (kh * group + g) * q.st[1] + d * q.st[3]) * scale;
+    }
+  }
+  i64 kbase = b * k.st[0] + kh * k.st[1], vbase = b * v.st[0] + kh * v.st[1];
+  // the query row's mask (its head stride is 0, or group == 1: see the planner)
+  i64 mbase = has_mask ? b * mask.st[0] + (kh * group) * mask.st[1] : 0;
+  bool kvec = (k.dt == DT_BF16 || k.dt == DT_F16) && k.st[3] == 1 && (D % 8) == 0 && (k.st[2] % 8) == 0 &&
+              (kbase % 8) == 0 && (k.ptr % 16) == 0;
+  // online softmax state of this warp's heads (lane-uniform)
+  float m_w[2] = {-NPU_INF, -NPU_INF}, l_w[2] = {0.0f, 0.0f};
+  float acc[DMAXG];
+#pragma unroll
+  for (int g = 0; g < DMAXG; ++g) acc[g] = 0.0f;
+  __syncthreads();
+  for (i64 t0 = t_begin; t0 < t_end; t0 += 32) {
+    int tn = (int)min((i64)32, t_end - t0);
+    i64 t = t0 + lane;
+    bool valid = lane < tn;
+    float mv = 0.0f;
+    if (valid && has_mask) {
+      mv = ld(mask, mbase + t * mask.st[3]);
+      if (mv <= MASKED) valid = false;
+    }
+    if (!__syncthreads_or(valid)) continue;
+    // scores of this lane's key for the warp's heads (g0 = warp, g1 = warp + 4), the K row
+    // streamed 8 dims at a time into both dot products
+    int g0 = warp, g1 = warp + 4;
+    float dot0 = 0.0f, dot1 = 0.0f;
+    if (valid) {
+      i64 ko = kbase + t * k.st[2];
+      if (kvec) {
+        const uint4* kp = (const uint4*)((const unsigned short*)k.ptr + ko);
+#pragma unroll
+        for (int c = 0; c < DEC_MAXD / 8; ++c) {
+          if (c * 8 < D) {
+            float kf[8];
+            unpack8(kp[c], k.dt, kf);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              dot0 += qs[g0][c * 8 + i] * kf[i];
+              dot1 += qs[g1 < group ? g1 : g0][c * 8 + i] * kf[i];
+            }
+          }
+        }
+      } else {
+        for (int d = 0; d < D; ++d) {
+          float kv = ld(k, ko + d * k.st[3]);
+          dot0 += qs[g0][d] * kv;
+          dot1 += qs[g1 < group ? g1 : g0][d] * kv;
+        }
+      }
+    }
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      int g = warp + 4 * hi;
+      if (g >= group) break;
+      float sc = valid ? (hi == 0 ? dot0 : dot1) + mv : -NPU_INF;
+      float mx = warp_max(sc);
+      float mn = fmaxf(m_w[hi], mx);
+      float p = valid ? expf(sc - mn) : 0.0f;
+      float corr = (m_w[hi] == -NPU_INF) ? 0.0f : expf(m_w[hi] - mn);
+      l_w[hi] = l_w[hi] * corr + warp_sum(p);
+      m_w[hi] = mn;
+      ps[g][lane] = p;
+      if (lane == 0) corr_s[g] = corr;
+    }
+    __syncthreads();
+    // p * V for every head; thread d owns dim d
+    if (tid < D) {
+      float vv[32];
+#pragma unroll
+      for (int tt = 0; tt < 32; ++tt)
+        vv[tt] = tt < tn ? ld(v, vbase + (t0 + tt) * v.st[2] + tid * v.st[3]) : 0.0f;
+#pragma unroll
+      for (int g = 0; g < DMAXG; ++g) {
+        if (g < group) {
+          float a = acc[g] * corr_s[g];
+#pragma unroll
+          for (int tt = 0; tt < 32; ++tt) a += ps[g][tt] * vv[tt];
+          acc[g] = a;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // m and l of each head from the warp that ran its softmax, then acc from every thread
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    int g = warp + 4 * hi;
+    if (g < group && lane == 0) {
+      float* pp = part + ((b * H + kh * group + g) * nsplit + split) * (i64)(D + 2);
+      pp[0] = m_w[hi];
+      pp[1] = l_w[hi];
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < DMAXG; ++g) {
+    if (g < group && tid < D) {
+      float* pp = part + ((b * H + kh * group + g) * nsplit + split) * (i64)(D + 2);
+      pp[2 + tid] = acc[g];
+    }
   }
 }

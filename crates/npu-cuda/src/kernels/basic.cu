@@ -106,21 +106,47 @@ extern "C" __global__ void k_softmax(TD x, TD mask, int has_mask, float scale, T
 }
 
 // out = round(x * rsqrt(mean(x^2) + eps)) * w; one block per row.
+// One block per row. Rows of up to RN_MAX * blockDim elements are read once into registers
+// (every load issued before the first use: one memory latency, not one per element); longer
+// rows take a second pass over x.
+#define RN_MAX 8
 extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
   int r = x.rank;
   i64 d = x.sh[r - 1], row = blockIdx.x;
   i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
-  i64 ws = w.st[w.rank - 1];
+  i64 xs = x.st[r - 1], ws = w.st[w.rank - 1], os = out.st[r - 1];
+  int nt = blockDim.x, t = threadIdx.x;
+  bool regs = d <= (i64)RN_MAX * nt;
+  float xv[RN_MAX], wv[RN_MAX];
   float ss = 0.0f;
-  for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = ld(x, xo + i * x.st[r - 1]);
-    ss += v * v;
+  if (regs) {
+#pragma unroll
+    for (int j = 0; j < RN_MAX; ++j) {
+      i64 i = t + (i64)j * nt;
+      xv[j] = i < d ? ld(x, xo + i * xs) : 0.0f;
+      wv[j] = i < d ? ld(w, i * ws) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < RN_MAX; ++j) ss += xv[j] * xv[j];
+  } else {
+    for (i64 i = t; i < d; i += nt) {
+      float v = ld(x, xo + i * xs);
+      ss += v * v;
+    }
   }
   ss = block_sum(ss);
   float inv = 1.0f / sqrtf(ss / (float)d + eps);
-  for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = ld(x, xo + i * x.st[r - 1]);
-    st(out, oo + i * out.st[r - 1], round_dt(out.dt, v * inv) * ld(w, i * ws));
+  if (regs) {
+#pragma unroll
+    for (int j = 0; j < RN_MAX; ++j) {
+      i64 i = t + (i64)j * nt;
+      if (i < d) st(out, oo + i * os, round_dt(out.dt, xv[j] * inv) * wv[j]);
+    }
+  } else {
+    for (i64 i = t; i < d; i += nt) {
+      float v = ld(x, xo + i * xs);
+      st(out, oo + i * os, round_dt(out.dt, v * inv) * ld(w, i * ws));
+    }
   }
 }
 

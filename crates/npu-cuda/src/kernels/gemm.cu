@@ -109,6 +109,8 @@ extern "C" __global__ void k_im2col(TD x, int c0, int cg, int kh, int kw, int sh
 
 __device__ __forceinline__ void unpack8(uint4 u, int dt, float* f) {
   unsigned int w[4] = {u.x, u.y, u.z, u.w};
+  // unrolled: a runtime index would put w (and the caller's f) in local memory
+#pragma unroll
   for (int i = 0; i < 4; ++i) {
     unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
     if (dt == DT_BF16) { f[2 * i] = bf16_to_f32(lo); f[2 * i + 1] = bf16_to_f32(hi); }
@@ -160,10 +162,12 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 
 // M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
 // conflict-free), b rows stream through 16-byte loads, four in flight per lane. One warp per
-// output column n. Needs K % 8 == 0 and 16-byte aligned b rows.
+// output column n. Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`: the staged row
+// is RMS-normalized first, as k_rms_norm computes it (every block normalizes its own copy).
 #define GV_U 4
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                           float beta, int act, TD out) {
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
   int r = out.rank;
@@ -172,8 +176,32 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
   i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
-  for (int k = threadIdx.x; k < K; k += blockDim.x) as16[k] = ap[ao + k * ak];
+  if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
+    // contiguous, 16-byte aligned a (K % 8 == 0 here): one 16-byte load per thread and pass
+    const uint4* a4 = (const uint4*)(ap + ao);
+    for (int v = threadIdx.x; v < (int)(K / 8); v += blockDim.x) as4[v] = a4[v];
+  } else {
+#pragma unroll 4
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[ao + k * ak];
+  }
   __syncthreads();
+  if (has_norm) {
+    bool bf = a.dt == DT_BF16;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+      float v = bf ? bf16_to_f32(as16[k]) : f16_to_f32(as16[k]);
+      ss += v * v;
+    }
+    ss = block_sum(ss);
+    float inv = 1.0f / sqrtf(ss / (float)K + eps);
+    i64 ws = nw.st[nw.rank - 1];
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+      float v = bf ? bf16_to_f32(as16[k]) : f16_to_f32(as16[k]);
+      float y = round_dt(a.dt, v * inv) * ld(nw, k * ws);
+      as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
+    }
+    __syncthreads();
+  }
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   i64 n = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
   if (n >= N) return;

@@ -7,8 +7,8 @@
 use super::amx;
 use super::dot::{dot_bf16, dot_f16, dot_f32};
 use super::view::{offset_in, with_scratch, SendPtr, View};
-use half::{bf16, f16};
-use npu_compiler::expr::unary;
+use half::f16;
+use npu_compiler::expr::{round_to, unary};
 use npu_ir::{DType, UnaryOp};
 use rayon::prelude::*;
 
@@ -111,15 +111,6 @@ impl Epilogue {
             v = unary(a, v);
         }
         v
-    }
-}
-
-/// `v` rounded to `dtype`'s precision (f32 and wider: unchanged).
-fn round_to(dtype: DType, v: f32) -> f32 {
-    match dtype {
-        DType::BF16 => bf16::from_f32(v).to_f32(),
-        DType::F16 => f16::from_f32(v).to_f32(),
-        _ => v,
     }
 }
 

@@ -519,14 +519,33 @@ pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), Str
             beta,
             act,
             residual,
+            norm,
         } => {
-            need(ins, outs, 2..=3, 1)?;
+            need(ins, outs, 2..=4, 1)?;
+            let (a, b, bias, nw) = kernel
+                .gemm_operands(ins)
+                .ok_or_else(|| format!("a gemm with {} inputs", ins.len()))?;
             let epi = gemm::Epilogue {
                 beta: *beta,
                 act: *act,
                 residual: *residual,
             };
-            gemm::gemm_kernel(*alpha, &epi, &ins[0], &ins[1], ins.get(2), &outs[0])
+            match (norm, nw) {
+                (Some(eps), Some(nw)) => {
+                    // the normalized rows, in a's dtype, then the GEMM over them
+                    let strides = npu_compiler::program::dense_strides(a.shape);
+                    let mut buf = vec![0u8; a.numel() * a.dtype.size_bytes()];
+                    let normed = View {
+                        ptr: buf.as_mut_ptr(),
+                        dtype: a.dtype,
+                        shape: a.shape,
+                        strides: &strides,
+                    };
+                    norm::rms_norm(*eps, a, nw, &normed)?;
+                    gemm::gemm_kernel(*alpha, &epi, &normed, b, bias, &outs[0])
+                }
+                _ => gemm::gemm_kernel(*alpha, &epi, a, b, bias, &outs[0]),
+            }
         }
         Kernel::Conv2d {
             stride,
