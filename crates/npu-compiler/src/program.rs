@@ -464,18 +464,24 @@ impl ConvDims {
             ));
         };
         let g = groups.max(1);
-        if c != cg * g || o % g != 0 || on != n || oc != o || stride.contains(&0) {
+        if Some(c) != cg.checked_mul(g) || o % g != 0 || on != n || oc != o || stride.contains(&0) {
             return Err(format!(
                 "x {x:?}, w {w:?}, groups {g}, out {out:?} do not agree"
             ));
         }
-        let eh = (h + 2 * padding[0]).checked_sub(dilation[0] * (kh.max(1) - 1) + 1);
-        let ew = (wd + 2 * padding[1]).checked_sub(dilation[1] * (kw.max(1) - 1) + 1);
+        // Checked: a program file may hold any sizes (a wrapped sum could pass the check).
+        let extent = |i: usize, k: usize, p: usize, d: usize| -> Option<usize> {
+            let padded = i.checked_add(p.checked_mul(2)?)?;
+            let span = d.checked_mul(k.max(1) - 1)?.checked_add(1)?;
+            padded.checked_sub(span)
+        };
+        let eh = extent(h, kh, padding[0], dilation[0]);
+        let ew = extent(wd, kw, padding[1], dilation[1]);
         if eh.map(|e| e / stride[0] + 1) != Some(oh) || ew.map(|e| e / stride[1] + 1) != Some(ow) {
             return Err(format!("output {out:?} does not match the conv arithmetic"));
         }
         if let Some(b) = bias {
-            if b.iter().product::<usize>() != o {
+            if b.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(o) {
                 return Err(format!("bias {b:?} is not [{o}]"));
             }
         }
@@ -565,6 +571,18 @@ impl Program {
                         step.origin
                     ));
                 }
+                // Kernels count elements with plain products: they must not overflow (a
+                // broadcast binding's logical size is not bounded by its slot's).
+                if b.shape
+                    .iter()
+                    .try_fold(1usize, |a, &d| a.checked_mul(d))
+                    .is_none()
+                {
+                    return Err(format!(
+                        "step {i} ({}): binding shape {:?} has more elements than fit a usize",
+                        step.origin, b.shape
+                    ));
+                }
                 if b.end_byte() > size {
                     return Err(format!(
                         "step {i} ({}): binding {:?}+{} {:?} ends at byte {} past the slot's {size}",
@@ -609,5 +627,37 @@ impl Program {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `.npubin` fuzzer: sizes whose arithmetic overflows are refused, not a
+    /// panic (debug) or a wrapped value that passes the check (release).
+    #[test]
+    fn conv_dims_refuse_sizes_that_overflow() {
+        let huge = usize::MAX / 2 + 7;
+        let cases: [([usize; 4], [usize; 4], [usize; 2], [usize; 2], usize); 3] = [
+            ([1, 4, 8, 8], [4, 2, 3, 3], [0, 0], [1, 1], huge),
+            ([1, 4, 8, 8], [4, 4, 3, 3], [huge, 0], [1, 1], 1),
+            ([1, 4, 8, 8], [4, 4, huge, 3], [0, 0], [huge, 1], 1),
+        ];
+        for (x, w, pad, dil, groups) in cases {
+            let r = ConvDims::check(&x, &w, None, &[1, 4, 6, 6], [1, 1], pad, dil, groups);
+            assert!(r.is_err(), "{x:?} {w:?} {pad:?} {dil:?} {groups}");
+        }
+        let ok = ConvDims::check(
+            &[1, 4, 8, 8],
+            &[4, 4, 3, 3],
+            None,
+            &[1, 4, 6, 6],
+            [1, 1],
+            [0, 0],
+            [1, 1],
+            1,
+        );
+        assert!(ok.is_ok());
     }
 }

@@ -92,3 +92,15 @@ fn corrupt_foreign_and_newer_files_are_rejected() {
         .to_string()
         .contains("unexpected bytes after the checksum"));
 }
+
+/// Found by the `.npubin` fuzzer: a stride-0 binding whose logical size overflows a usize fits
+/// a one-element slot by its end byte; validation refuses it before a kernel counts elements.
+#[test]
+fn a_binding_whose_element_count_overflows_is_refused() {
+    let mut p = from_bytes(&bytes()).unwrap();
+    let b = &mut p.steps[0].inputs[0];
+    b.shape = vec![1 << 40, 1 << 40, 1, 1];
+    b.strides = vec![0, 0, 0, 0];
+    let e = p.validate().unwrap_err();
+    assert!(e.contains("more elements than fit"), "{e}");
+}
