@@ -639,7 +639,9 @@ mod tests {
     #[test]
     fn conv_dims_refuse_sizes_that_overflow() {
         let huge = usize::MAX / 2 + 7;
-        let cases: [([usize; 4], [usize; 4], [usize; 2], [usize; 2], usize); 3] = [
+        // (x, w, padding, dilation, groups)
+        type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 2], usize);
+        let cases: [Case; 3] = [
             ([1, 4, 8, 8], [4, 2, 3, 3], [0, 0], [1, 1], huge),
             ([1, 4, 8, 8], [4, 4, 3, 3], [huge, 0], [1, 1], 1),
             ([1, 4, 8, 8], [4, 4, huge, 3], [0, 0], [huge, 1], 1),
