@@ -14,6 +14,20 @@ fn nchw<'a>(x: &View<'a>, out: &View) -> Result<(), String> {
     Ok(())
 }
 
+/// The taps `i` of a window starting at `start` (dilation `d`, `k` taps) that land in
+/// `0..len`: the loop runs over these alone, so a huge padded window costs what it reads.
+fn in_bounds(start: isize, k: usize, d: usize, len: isize) -> std::ops::Range<usize> {
+    let d = d.max(1) as isize;
+    let lo = if start < 0 { (-start + d - 1) / d } else { 0 };
+    let hi = if start >= len {
+        0
+    } else {
+        (len - 1 - start) / d + 1
+    };
+    let (lo, hi) = (lo.max(0) as usize, (hi.max(0) as usize).min(k));
+    lo..hi.max(lo)
+}
+
 pub fn pool2d(
     kind: PoolKind,
     k: [usize; 2],
@@ -56,17 +70,11 @@ pub fn pool2d(
                     *o = match kind {
                         PoolKind::Max => {
                             let mut m = f32::NEG_INFINITY;
-                            for i in 0..k[0] {
+                            for i in in_bounds(hs, k[0], d[0], h) {
                                 let yy = hs + (i * d[0]) as isize;
-                                if yy < 0 || yy >= h {
-                                    continue;
-                                }
                                 let row = &img[yy as usize * wu..(yy as usize + 1) * wu];
-                                for j in 0..k[1] {
+                                for j in in_bounds(ws, k[1], d[1], w) {
                                     let xx = ws + (j * d[1]) as isize;
-                                    if xx < 0 || xx >= w {
-                                        continue;
-                                    }
                                     let v = row[xx as usize];
                                     if v > m || v.is_nan() {
                                         m = v;
@@ -131,4 +139,23 @@ pub fn adaptive_avg_pool2d(x: &View, out: &View) -> Result<(), String> {
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_bounds;
+
+    #[test]
+    fn window_taps_clip_to_the_plane() {
+        // start -3, dilation 2: taps 0, 1 land at -3, -1 (out), 2..=4 at 1, 3, 5 (in, len 6)
+        assert_eq!(in_bounds(-3, 8, 2, 6), 2..5);
+        assert_eq!(in_bounds(0, 3, 1, 8), 0..3);
+        assert_eq!(in_bounds(7, 3, 1, 8), 0..1);
+        assert_eq!(in_bounds(9, 3, 1, 8), 0..0);
+        // a huge padded window: only the plane's taps
+        assert_eq!(
+            in_bounds(-(1 << 29), 1 << 30, 1, 8),
+            (1 << 29)..((1 << 29) + 8)
+        );
+    }
 }
