@@ -1,6 +1,7 @@
 """CPU benchmark: npu against PyTorch in the same run, on the same machine and thread count.
 
-Prints a table and writes JSON. ResNet-18/50 (batch 1, f32) always; Qwen2.5-1.5B (bf16, 128-token
+Prints a table and writes JSON. Vision models at batch 1 in f32 (ResNet-18/50, MobileNetV2,
+EfficientNet-B0 at width 0.75, a small ConvNeXt; ``--models``) always; Qwen2.5-1.5B (bf16, 128-token
 prefill and greedy decode) when ``--qwen-dir`` points at a full export
 (``python -m npu_export qwen2.5-1.5b --out DIR``). Also measures the machine's copy bandwidth, and
 the bandwidth the decode step achieves reading the weights.
@@ -55,12 +56,49 @@ def ensure_export(model: str, out: Path, extra: list[str]) -> None:
         subprocess.run([sys.executable, "-m", "npu_export", model, "--out", str(out), *extra], check=True)
 
 
-def bench_resnet(npu: str, work: Path, model: str, repeat: int) -> dict[str, Any]:
+def cpu_model() -> tuple[str, list[str]]:
+    """The CPU's model name and its vector-ISA flags that the kernels dispatch on."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                name = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and ":" in line:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"]
+    return name, [f for f in wanted if f in flags]
+
+
+def _vision_net(model: str, d: Path) -> torch.nn.Module:
+    """The PyTorch model behind an export in ``d``, with the exported weights."""
     import torchvision
     from safetensors.torch import load_file
 
+    from .gpu_bench import EXTRA_VISION
+
+    if model in EXTRA_VISION:
+        net = EXTRA_VISION[model][0]()
+    else:
+        net = getattr(torchvision.models, model)(weights=None)
+    net = net.eval()
+    net.load_state_dict(load_file(str(d / "weights.safetensors")), strict=False)
+    return net
+
+
+def bench_vision(npu: str, work: Path, model: str, repeat: int) -> dict[str, Any]:
+    """A vision model at batch 1 in f32: ResNets from the export CLI, the depthwise CNNs of
+    ``gpu_bench.EXTRA_VISION`` (MobileNetV2, EfficientNet-B0 w0.75, a small ConvNeXt)."""
+    from safetensors.torch import load_file
+
+    from .gpu_bench import EXTRA_VISION, export_extra
+
     d = work / model
-    ensure_export(model, d, [])
+    if model in EXTRA_VISION:
+        export_extra(model, d)
+    else:
+        ensure_export(model, d, [])
     prog = d / "f32.npubin"
     sh([npu, "compile", str(d / "model.ir.json"), "-o", str(prog), "--target", "cpu", "--dtype", "f32"])
     out = sh(
@@ -79,8 +117,7 @@ def bench_resnet(npu: str, work: Path, model: str, repeat: int) -> dict[str, Any
     m = re.search(r"median ([0-9.]+) ms", out)
     assert m, out
     ours = float(m.group(1))
-    net = getattr(torchvision.models, model)(weights=None).eval()
-    net.load_state_dict(load_file(str(d / "weights.safetensors")), strict=False)
+    net = _vision_net(model, d)
     x = next(v for k, v in load_file(str(d / "io.safetensors")).items() if k.startswith("input."))
     with torch.inference_mode():
         theirs = median_ms(lambda: net(x), repeat)
@@ -171,25 +208,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--qwen-repeat", type=int, default=3)
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/cpu.json"))
+    p.add_argument(
+        "--models",
+        default="resnet18,resnet50,mobilenet_v2,efficientnet_b0_w0.75,convnext_small_config",
+        help="comma-separated vision models (the export CLI's ResNets, gpu_bench.EXTRA_VISION)",
+    )
     a = p.parse_args(argv)
     threads = int(os.environ.get("THREADS", os.cpu_count() or 1))
     torch.set_num_threads(threads)
     os.environ["RAYON_NUM_THREADS"] = str(threads)
 
+    models = [m for m in a.models.split(",") if m]
+    cpu, flags = cpu_model()
     result: dict[str, Any] = {
         "machine": {
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu,
+            "flags": flags,
             "threads": threads,
             "torch": torch.__version__,
         },
         "copy_bandwidth_gbs": copy_bandwidth_gbs(),
-        "resnet": [bench_resnet(a.npu, a.work, m, a.repeat) for m in ("resnet18", "resnet50")],
+        "vision": [bench_vision(a.npu, a.work, m, a.repeat) for m in models],
     }
-    print(f"threads {threads}; copy bandwidth (read + write) {result['copy_bandwidth_gbs']:.1f} GB/s")
-    print(f"{'model':<14} {'what':<22} {'npu':>12} {'PyTorch':>12} {'ratio':>7}")
-    for r in result["resnet"]:
+    print(f"{cpu} ({' '.join(flags)}); threads {threads}")
+    print(f"copy bandwidth (read + write) {result['copy_bandwidth_gbs']:.1f} GB/s")
+    print(f"{'model':<22} {'what':<22} {'npu':>12} {'PyTorch':>12} {'ratio':>7}")
+    for r in result["vision"]:
         print(
-            f"{r['model']:<14} {'batch 1 f32':<22} {r['npu_ms']:>9.2f} ms {r['pytorch_ms']:>9.2f} ms "
+            f"{r['model']:<22} {'batch 1 f32':<22} {r['npu_ms']:>9.2f} ms {r['pytorch_ms']:>9.2f} ms "
             f"{r['ratio']:>6.2f}x"
         )
     if a.qwen_dir:
