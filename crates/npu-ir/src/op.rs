@@ -277,11 +277,23 @@ fn pool2d(a: &Attrs, stride_default_kernel: bool) -> Result<Pool2d, IrError> {
     } else {
         usize_pair(a, "stride", stride)?
     };
+    let dilation = usize_pair(a, "dilation", a.ints_or("dilation", 2, &[1, 1])?)?;
+    // zero sizes have no window (ATen refuses them; found by the IR fuzzer, which got a
+    // kernel of 0 past `check` and into a program `compile` then refused)
+    for (key, v) in [
+        ("kernel_size", kernel),
+        ("stride", stride),
+        ("dilation", dilation),
+    ] {
+        if v.contains(&0) {
+            return Err(a.err(key, format!("must be positive, got {v:?}")));
+        }
+    }
     Ok(Pool2d {
         kernel,
         stride,
         padding: usize_pair(a, "padding", a.ints_or("padding", 2, &[0, 0])?)?,
-        dilation: usize_pair(a, "dilation", a.ints_or("dilation", 2, &[1, 1])?)?,
+        dilation,
         ceil_mode: a.bool_or("ceil_mode", false)?,
     })
 }
