@@ -7,6 +7,8 @@
   fail with "duplicate name").
 - ``npu.load_causal_lm(export_dir).generate(input_ids, max_new_tokens)``: prefill + decode with the
   KV cache on the backend.
+- ``npu.TextModel(model_dir).generate("prompt", temperature=..., top_p=...)``: text in, text out with
+  ``npu generate``'s tokenizer, chat template and sampling.
 - ``npu_compiler`` / ``npu_runtime``: the reference system's API.
 """
 
@@ -27,6 +29,7 @@ from ._errors import (
 )
 from ._export import export
 from ._model import CompiledModel, ProfileReport, compile
+from ._text import TextModel
 
 __version__: str = _native.__version__
 
@@ -47,6 +50,7 @@ __all__ = [
     "NpubinError",
     "ProfileReport",
     "RuntimeError",
+    "TextModel",
     "WeightError",
     "backends",
     "best_name",

@@ -1,7 +1,7 @@
 """Type stubs of the Rust extension module ``npu._native`` (crates/npu-python)."""
 
-from collections.abc import Sequence
-from typing import TypeAlias
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -96,3 +96,23 @@ class Backend:
         dtype: str | None = None,
         cpu_nodes: Sequence[str] = (),
     ) -> Dag: ...
+
+class TextModel:
+    def __init__(self, model_dir: str, backend: str = "cpu", target: str = "npu", dtype: str | None = None) -> None: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    def chat_prompt(self, messages: Sequence[tuple[str, str]]) -> str: ...
+    def reset(self) -> None: ...
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        max_new_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+        repetition_penalty: float = 1.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        on_text: Callable[[str], Any] | None = None,
+    ) -> dict[str, Any]: ...

@@ -11,6 +11,7 @@ mod compile;
 mod convert;
 mod error;
 mod runtime;
+mod text;
 
 use pyo3::prelude::*;
 
@@ -19,5 +20,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     compile::register(m)?;
     runtime::register(m)?;
+    text::register(m)?;
     Ok(())
 }

@@ -92,13 +92,13 @@ impl PyWeights {
     }
 }
 
-enum AnyBackend {
+pub(crate) enum AnyBackend {
     Cpu(CpuBackend),
     Cuda(npu_cuda::CudaBackend),
 }
 
 impl AnyBackend {
-    fn get(&self) -> &dyn Backend {
+    pub(crate) fn get(&self) -> &dyn Backend {
         match self {
             AnyBackend::Cpu(b) => b,
             AnyBackend::Cuda(b) => b,
@@ -106,7 +106,7 @@ impl AnyBackend {
     }
 }
 
-fn open_backend(name: &str) -> Res<AnyBackend> {
+pub(crate) fn open_backend(name: &str) -> Res<AnyBackend> {
     match name {
         "cpu" => Ok(AnyBackend::Cpu(CpuBackend::new())),
         "cuda" => npu_cuda::CudaBackend::new()
