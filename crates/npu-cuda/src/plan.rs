@@ -22,8 +22,8 @@ pub(crate) struct Planner<'a> {
 }
 
 const SCRATCH0: u64 = LT_WORKSPACE;
-/// The longest context `k_attn_dec` takes (see `attention`); between 2048 (measured faster)
-/// and 32768 (measured slower) the cut is not measured.
+/// The longest context `k_attn_dec` takes (see `attention`): measured faster at 2048 keys,
+/// slower at 32768; where they cross is not measured.
 const DECODE_MAX_T: usize = 8192;
 
 fn align(x: u64) -> u64 {
