@@ -406,23 +406,64 @@ fn pool_dims_agree(
         return Err(format!("pool2d of {:?} into {:?}", x.shape, out.shape));
     }
     for i in 0..2 {
-        let (n, o) = (x.shape[2 + i] as u128, out.shape[2 + i] as u128);
-        let (k, s, p, d) = (k[i] as u128, s[i] as u128, p[i] as u128, d[i] as u128);
-        let window = d * k.saturating_sub(1) + 1;
-        if k == 0 || s == 0 || d == 0 || 2 * p > window || window > n + 2 * p {
-            return Err(format!(
-                "pool2d kernel {k}, stride {s}, padding {p}, dilation {d} over {n} elements"
-            ));
-        }
-        let span = n + 2 * p - window;
-        if o != span / s + 1 && o != span.div_ceil(s) + 1 {
-            return Err(format!(
-                "pool2d output {:?} does not match input {:?} and its window",
-                out.shape, x.shape
-            ));
-        }
+        pool_axis_agrees(x.shape[2 + i], out.shape[2 + i], k[i], s[i], p[i], d[i])
+            .map_err(|e| format!("pool2d output {:?} for input {:?}: {e}", out.shape, x.shape))?;
     }
     Ok(())
+}
+
+/// One spatial axis of 2-D pooling: the window (`k` taps, stride `s`, padding `p`, dilation
+/// `d`) fits the padded input of `n`, the padding is at most half the window (as ATen
+/// requires), and `o` is the floor or ceil-mode output length. Shared by the IR check and the
+/// program check, so what `check` accepts lowers.
+pub fn pool_axis_agrees(
+    n: usize,
+    o: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    d: usize,
+) -> Result<(), String> {
+    let (n, o) = (n as u128, o as u128);
+    let (k, s, p, d) = (k as u128, s as u128, p as u128, d as u128);
+    let window = d * k.saturating_sub(1) + 1;
+    if k == 0 || s == 0 || d == 0 || 2 * p > window || window > n + 2 * p {
+        return Err(format!(
+            "kernel {k}, stride {s}, padding {p}, dilation {d} over {n} elements"
+        ));
+    }
+    let span = n + 2 * p - window;
+    if o != span / s + 1 && o != span.div_ceil(s) + 1 {
+        return Err(format!("an output of {o} does not follow from the window"));
+    }
+    Ok(())
+}
+
+/// ATen's pooling output length (`pooling_output_shape`): floor or ceil mode, a last window
+/// that would start in the right padding dropped. `None` when the window does not fit.
+pub fn pool_out_len(n: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> Option<usize> {
+    if k == 0 || s == 0 || d == 0 {
+        return None;
+    }
+    let (n, k, s, p, d) = (n as i128, k as i128, s as i128, p as i128, d as i128);
+    let span = d * (k - 1) + 1;
+    let num = n + 2 * p - span + if ceil { s - 1 } else { 0 };
+    if num < 0 {
+        return None;
+    }
+    let mut o = num / s + 1;
+    if ceil && (o - 1) * s >= n + p {
+        o -= 1;
+    }
+    usize::try_from(o).ok()
+}
+
+/// A convolution's output length along one axis (input `i`, `k` taps, stride `s`, padding
+/// `p`, dilation `d`), or `None` when the window does not fit or the sizes overflow.
+pub fn conv_out_len(i: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
+    let padded = i.checked_add(p.checked_mul(2)?)?;
+    let span = d.checked_mul(k.max(1) - 1)?.checked_add(1)?;
+    Some(padded.checked_sub(span)? / s.max(1) + 1)
 }
 
 /// The dimensions of a [`Kernel::Conv2d`] step, after checking its operand shapes against
@@ -470,14 +511,9 @@ impl ConvDims {
             ));
         }
         // Checked: a program file may hold any sizes (a wrapped sum could pass the check).
-        let extent = |i: usize, k: usize, p: usize, d: usize| -> Option<usize> {
-            let padded = i.checked_add(p.checked_mul(2)?)?;
-            let span = d.checked_mul(k.max(1) - 1)?.checked_add(1)?;
-            padded.checked_sub(span)
-        };
-        let eh = extent(h, kh, padding[0], dilation[0]);
-        let ew = extent(wd, kw, padding[1], dilation[1]);
-        if eh.map(|e| e / stride[0] + 1) != Some(oh) || ew.map(|e| e / stride[1] + 1) != Some(ow) {
+        if conv_out_len(h, kh, stride[0], padding[0], dilation[0]) != Some(oh)
+            || conv_out_len(wd, kw, stride[1], padding[1], dilation[1]) != Some(ow)
+        {
             return Err(format!("output {out:?} does not match the conv arithmetic"));
         }
         if let Some(b) = bias {

@@ -8,6 +8,7 @@
 //! the end or a rank beyond [`MAX_RANK`].
 
 use crate::graph::norm_dim;
+use crate::program::{conv_out_len, pool_axis_agrees, pool_out_len};
 use npu_ir::{Graph, Node, Op as IrOp, TensorType};
 
 /// The most dims a tensor may have: bindings and kernels index up to 8 dims.
@@ -285,7 +286,12 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
                 return Err("index_copy index must be integer".into());
             }
         }
-        IrOp::Conv2d { groups, .. } => {
+        IrOp::Conv2d {
+            groups,
+            stride,
+            padding,
+            dilation,
+        } => {
             need(ins, 2, "conv2d")?;
             let (x, w) = (&ins[0].shape, &ins[1].shape);
             if x.len() != 4 || w.len() != 4 {
@@ -295,6 +301,39 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
                 return Err(format!(
                     "conv2d: input {x:?}, weight {w:?} and groups {groups} disagree on channels"
                 ));
+            }
+            let o = out0(outs)?;
+            let want = (0..2)
+                .map(|i| conv_out_len(x[2 + i], w[2 + i], stride[i], padding[i], dilation[i]));
+            if stride.contains(&0)
+                || dilation.contains(&0)
+                || o.len() != 4
+                || want.zip(&o[2..]).any(|(l, &got)| l != Some(got))
+            {
+                return Err(format!(
+                    "conv2d of {x:?} with weight {w:?}, stride {stride:?}, padding {padding:?} \
+                     and dilation {dilation:?} does not give {o:?}"
+                ));
+            }
+        }
+        IrOp::MaxPool2d(p) | IrOp::AvgPool2d { pool: p, .. } => {
+            need(ins, 1, "pool2d")?;
+            let (x, o) = (&ins[0].shape, out0(outs)?);
+            if x.len() < 2 || o.len() != x.len() {
+                return Err(format!("pool2d of {x:?} into {o:?}"));
+            }
+            let r = x.len();
+            for i in 0..2 {
+                let (n, on) = (x[r - 2 + i], o[r - 2 + i]);
+                let (k, s, pd, d) = (p.kernel[i], p.stride[i], p.padding[i], p.dilation[i]);
+                pool_axis_agrees(n, on, k, s, pd, d)
+                    .map_err(|e| format!("pool2d of {x:?} into {o:?}: {e}"))?;
+                if pool_out_len(n, k, s, pd, d, p.ceil_mode) != Some(on) {
+                    return Err(format!(
+                        "pool2d of {x:?} into {o:?}: the window gives another size (ceil_mode {})",
+                        p.ceil_mode
+                    ));
+                }
             }
         }
         IrOp::LayerNorm {
@@ -383,6 +422,44 @@ mod tests {
             &outs.iter().collect::<Vec<_>>(),
         )
         .err()
+    }
+
+    /// Found by the IR fuzzer: pool windows wider than the input and output sizes the window
+    /// does not give passed `check` and failed `compile`.
+    #[test]
+    fn pool_and_conv_outputs_follow_their_windows() {
+        let pool = |k: usize, s: usize| {
+            IrOp::MaxPool2d(npu_ir::Pool2d {
+                kernel: [k, k],
+                stride: [s, s],
+                padding: [0, 0],
+                dilation: [1, 1],
+                ceil_mode: false,
+            })
+        };
+        let x: &[usize] = &[1, 24, 16, 16];
+        assert_eq!(problem(pool(2, 2), &[x], &[&[1, 24, 8, 8]]), None);
+        assert_eq!(problem(pool(3, 2), &[x], &[&[1, 24, 7, 7]]), None);
+        assert!(problem(pool(3, 2), &[x], &[&[1, 24, 8, 8]]).is_some());
+        let ceil = IrOp::MaxPool2d(npu_ir::Pool2d {
+            kernel: [3, 3],
+            stride: [2, 2],
+            padding: [0, 0],
+            dilation: [1, 1],
+            ceil_mode: true,
+        });
+        assert_eq!(problem(ceil, &[x], &[&[1, 24, 8, 8]]), None, "ceil mode");
+        assert!(problem(pool(17, 2), &[x], &[&[1, 24, 1, 1]]).is_some());
+        assert!(problem(pool(2, 1), &[x], &[&[1, 24, 8, 8]]).is_some());
+        let conv = IrOp::Conv2d {
+            stride: [2, 2],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+        };
+        let w: &[usize] = &[8, 24, 3, 3];
+        assert_eq!(problem(conv.clone(), &[x, w], &[&[1, 8, 8, 8]]), None);
+        assert!(problem(conv, &[x, w], &[&[1, 8, 16, 16]]).is_some());
     }
 
     #[test]
