@@ -198,7 +198,7 @@ fn crc32(data: &[u8]) -> u32 {
 
 /// Safetensors bytes: the index (checked offsets and sizes) and every tensor read.
 pub fn safetensors(data: &[u8]) -> String {
-    match npu_runtime::tensor::parse_safetensors(data, "fuzz.safetensors") {
+    match npu_runtime::safetensors_file::parse_safetensors(data, "fuzz.safetensors") {
         Ok(ts) => {
             for (_, t) in &ts {
                 if t.numel() <= 1 << 16 {

@@ -4,9 +4,10 @@
 
 use crate::device::{DevBuf, Device};
 use crate::error::{CudaError, CudaResult};
-use crate::gemm::LT_WORKSPACE;
 use crate::graph::Graph;
-use crate::launch::{Arg, Bases, KernelLaunch, Launch, Loc};
+use crate::launch::{Arg, KernelLaunch, Launch};
+use crate::loc::{Bases, Loc};
+use crate::lt_call::LT_WORKSPACE;
 use crate::plan::Planner;
 use crate::state::CudaState;
 use cudarc::driver::result;

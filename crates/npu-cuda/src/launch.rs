@@ -3,7 +3,8 @@
 //! whole run can be captured in a CUDA graph.
 
 use crate::device::Func;
-use crate::gemm::LtCall;
+use crate::loc::{Bases, Loc};
+use crate::lt_call::LtCall;
 use npu_compiler::program::{Binding, Slot};
 use npu_ir::DType;
 use std::ffi::c_void;
@@ -19,18 +20,6 @@ pub(crate) struct Td {
     pub rank: i32,
     pub sh: [i64; MAXR],
     pub st: [i64; MAXR],
-}
-
-/// Where a device address points.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Loc {
-    Slot(Slot, u64),
-    /// The executable's scratch buffer at a byte offset.
-    Scratch(u64),
-    /// The run's error word.
-    Err,
-    /// No buffer (an absent optional operand).
-    Null,
 }
 
 pub(crate) fn dtype_code(d: DType) -> i32 {
@@ -146,37 +135,6 @@ pub(crate) struct KernelLaunch {
 pub(crate) enum Launch {
     Kernel(KernelLaunch),
     Lt(Box<LtCall>),
-}
-
-/// Base device addresses of the run's buffers.
-pub(crate) struct Bases<'a> {
-    pub inputs: &'a [u64],
-    pub outputs: &'a [u64],
-    pub weights: &'a [u64],
-    pub consts: &'a [u64],
-    pub arena: u64,
-    pub scratch: u64,
-    pub err: u64,
-}
-
-impl Bases<'_> {
-    pub fn resolve(&self, loc: Loc) -> u64 {
-        match loc {
-            Loc::Slot(s, off) => {
-                let base = match s {
-                    Slot::Input(i) => self.inputs[i as usize],
-                    Slot::Output(i) => self.outputs[i as usize],
-                    Slot::Weight(i) => self.weights[i as usize],
-                    Slot::Const(i) => self.consts[i as usize],
-                    Slot::Arena => self.arena,
-                };
-                base + off
-            }
-            Loc::Scratch(off) => self.scratch + off,
-            Loc::Err => self.err,
-            Loc::Null => 0,
-        }
-    }
 }
 
 impl KernelLaunch {

@@ -13,6 +13,8 @@ mod executable;
 mod gemm;
 mod graph;
 mod launch;
+mod loc;
+mod lt_call;
 mod nvrtc;
 mod plan;
 mod state;

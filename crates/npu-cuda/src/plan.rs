@@ -3,8 +3,10 @@
 //! made here, once, at prepare time.
 
 use crate::device::{Device, Func};
-use crate::gemm::{epilogue, plan_lt, LtCall, LT_WORKSPACE};
-use crate::launch::{dtype_code, grid_for, unary_code, Arg, KernelLaunch, Launch, Loc, TdArg};
+use crate::gemm::{epilogue, plan_lt};
+use crate::launch::{dtype_code, grid_for, unary_code, Arg, KernelLaunch, Launch, TdArg};
+use crate::loc::Loc;
+use crate::lt_call::{LtCall, LT_WORKSPACE};
 use npu_compiler::program::{Binding, ConvDims, Kernel, PoolKind, Step};
 use npu_ir::DType;
 use std::collections::HashMap;

@@ -100,7 +100,6 @@ impl From<RuntimeError> for Fail {
             RuntimeError::UnknownInput { .. }
             | RuntimeError::MissingInput { .. }
             | RuntimeError::InputMismatch { .. } => "InputError",
-            RuntimeError::UnknownBackend(_) => "BackendUnavailableError",
             _ => "RuntimeError",
         };
         Fail::new(kind, chain(&e))

@@ -182,11 +182,3 @@ pub trait Backend {
     fn prepare(&self, program: &Program, weights: &dyn WeightSource)
         -> Result<Box<dyn Executable>>;
 }
-
-/// The backend called `name` (`cpu`).
-pub fn backend_by_name(name: &str) -> Result<Box<dyn Backend>> {
-    match name {
-        "cpu" => Ok(Box::new(crate::cpu::CpuBackend::new())),
-        other => Err(RuntimeError::UnknownBackend(other.to_string())),
-    }
-}

@@ -99,8 +99,6 @@ pub enum RuntimeError {
         device: &'static str,
         message: String,
     },
-    #[error("backend '{0}' is not available (known: cpu)")]
-    UnknownBackend(String),
 }
 
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

@@ -8,14 +8,15 @@ pub mod dag;
 mod error;
 pub mod fallback;
 pub mod limits;
+pub mod safetensors_file;
 pub mod tensor;
 pub mod weights;
 
 pub use backend::{
-    backend_by_name, downcast_state, match_input, Backend, DeviceState, Executable, StepTime,
-    StepTimes,
+    downcast_state, match_input, Backend, DeviceState, Executable, StepTime, StepTimes,
 };
 pub use cpu::CpuBackend;
 pub use error::{Result, RuntimeError};
-pub use tensor::{read_safetensors, safetensors_bytes, write_safetensors, HostTensor};
+pub use safetensors_file::{read_safetensors, safetensors_bytes, write_safetensors};
+pub use tensor::HostTensor;
 pub use weights::{MemoryWeights, SafetensorsFile, WeightSource};

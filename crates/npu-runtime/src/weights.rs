@@ -2,7 +2,8 @@
 //! names, and the load-time recipes (load/cast, BN folding, channel padding).
 
 use crate::error::{Result, RuntimeError};
-use crate::tensor::{cast_bytes, dtype_from_safetensors, load_f64, store_f64, HostTensor};
+use crate::safetensors_file::{index_safetensors, SafetensorIndex};
+use crate::tensor::{cast_bytes, load_f64, store_f64, HostTensor};
 use npu_compiler::program::{Recipe, SourceTensor, WeightSlot};
 use npu_compiler::Program;
 use npu_ir::DType;
@@ -68,56 +69,6 @@ impl WeightSource for SafetensorsFile {
         })
     }
 }
-
-/// Where each tensor of a safetensors file lies: name -> (dtype, shape, start, end) in
-/// `bytes`. Every shape's byte size is computed with checked arithmetic and must equal its
-/// data range inside the file; `path` names the file in errors.
-pub fn index_safetensors(bytes: &[u8], path: &str) -> Result<SafetensorIndex> {
-    let bad = |message: String| RuntimeError::BadSafetensors {
-        path: path.to_string(),
-        message,
-    };
-    let (n, meta) =
-        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
-    let base = n
-        .checked_add(8)
-        .ok_or_else(|| bad("header length overflows".into()))?;
-    let mut tensors = HashMap::new();
-    for (name, info) in meta.tensors() {
-        let dtype = dtype_from_safetensors(info.dtype).ok_or_else(|| {
-            RuntimeError::UnsupportedFileDType {
-                path: path.to_string(),
-                name: name.clone(),
-                dtype: format!("{:?}", info.dtype),
-            }
-        })?;
-        let (s, e) = info.data_offsets;
-        // Checked in order, as `numel` multiplies (see `HostTensor::new`).
-        let want = info
-            .shape
-            .iter()
-            .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
-        let range = base
-            .checked_add(s)
-            .zip(base.checked_add(e))
-            .filter(|&(a, b)| a <= b && b <= bytes.len());
-        match (want, range) {
-            (Some(w), Some((a, b))) if b - a == w => {
-                tensors.insert(name, (dtype, info.shape.clone(), a, b));
-            }
-            _ => {
-                return Err(bad(format!(
-                    "tensor '{name}' {dtype}{:?} has bad data offsets {s}..{e}",
-                    info.shape
-                )))
-            }
-        }
-    }
-    Ok(tensors)
-}
-
-/// name -> (dtype, shape, start, end) of a safetensors file's tensors.
-pub type SafetensorIndex = HashMap<String, (DType, Vec<usize>, usize, usize)>;
 
 /// In-memory weights (tests, programmatic use).
 #[derive(Default)]
