@@ -3,6 +3,7 @@
 //! Pipeline: decompose -> canonicalize -> BN fold -> check(target) -> fuse -> layout -> lower
 //! (views, memory plan). Each stage is a module under [`passes`], [`fuse`] or [`lower`].
 
+pub mod contract;
 pub mod describe;
 mod error;
 pub mod expr;

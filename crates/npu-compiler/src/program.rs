@@ -388,30 +388,6 @@ pub struct ConstSlot {
     pub values: ConstValues,
 }
 
-/// A pool step's output size follows from its input, kernel, stride, padding and dilation
-/// (floor or ceil mode), with the window inside the padded input and padding at most half
-/// the window, as ATen requires: a corrupt program cannot make a window of millions.
-fn pool_dims_agree(
-    x: Option<&Binding>,
-    out: Option<&Binding>,
-    k: [usize; 2],
-    s: [usize; 2],
-    p: [usize; 2],
-    d: [usize; 2],
-) -> Result<(), String> {
-    let (Some(x), Some(out)) = (x, out) else {
-        return Err("pool2d needs an input and an output".into());
-    };
-    if x.shape.len() != 4 || out.shape.len() != 4 {
-        return Err(format!("pool2d of {:?} into {:?}", x.shape, out.shape));
-    }
-    for i in 0..2 {
-        pool_axis_agrees(x.shape[2 + i], out.shape[2 + i], k[i], s[i], p[i], d[i])
-            .map_err(|e| format!("pool2d output {:?} for input {:?}: {e}", out.shape, x.shape))?;
-    }
-    Ok(())
-}
-
 /// One spatial axis of 2-D pooling: the window (`k` taps, stride `s`, padding `p`, dilation
 /// `d`) fits the padded input of `n`, the padding is at most half the window (as ATen
 /// requires), and `o` is the floor or ceil-mode output length. Shared by the IR check and the
@@ -630,37 +606,9 @@ impl Program {
                     ));
                 }
             }
-            if let Kernel::Elementwise { expr } = &step.kernel {
-                expr.validate(step.inputs.len())
-                    .map_err(|e| format!("step {i} ({}): {e}", step.origin))?;
-            }
-            if let Kernel::Gemm { residual, act, .. } = &step.kernel {
-                let (_, _, bias, _) = step.kernel.gemm_operands(&step.inputs).ok_or_else(|| {
-                    format!(
-                        "step {i} ({}): a gemm with {} inputs",
-                        step.origin,
-                        step.inputs.len()
-                    )
-                })?;
-                if *residual && (bias.is_none() || act.is_some()) {
-                    return Err(format!(
-                        "step {i} ({}): a residual gemm needs a bias and no activation",
-                        step.origin
-                    ));
-                }
-            }
-            if let Kernel::Pool2d {
-                kernel,
-                stride,
-                padding,
-                dilation,
-                ..
-            } = &step.kernel
-            {
-                let (x, out) = (step.inputs.first(), step.outputs.first());
-                pool_dims_agree(x, out, *kernel, *stride, *padding, *dilation)
-                    .map_err(|e| format!("step {i} ({}): {e}", step.origin))?;
-            }
+            step.kernel
+                .check(&step.inputs, &step.outputs)
+                .map_err(|e| format!("step {i} ({}): {e}", step.origin))?;
         }
         Ok(())
     }

@@ -160,26 +160,8 @@ pub fn gemm_kernel(
     out: &View,
 ) -> Result<(), String> {
     let (ra, rb, r) = (a.rank(), b.rank(), out.rank());
-    if ra < 2 || rb < 2 || r < 2 {
-        return Err(format!(
-            "operands must have rank >= 2: a {:?}, b {:?}, out {:?}",
-            a.shape, b.shape, out.shape
-        ));
-    }
     let (m, n) = (out.shape[r - 2], out.shape[r - 1]);
     let k = a.shape[ra - 1];
-    if a.shape[ra - 2] != m || b.shape[rb - 2] != k || b.shape[rb - 1] != n {
-        return Err(format!(
-            "shapes do not chain: a {:?} @ b {:?} -> out {:?}",
-            a.shape, b.shape, out.shape
-        ));
-    }
-    if ra > r || rb > r {
-        return Err(format!(
-            "operands have more batch dims than the output: a {:?}, b {:?}, out {:?}",
-            a.shape, b.shape, out.shape
-        ));
-    }
     let ob = &out.shape[..r - 2];
     let batches: usize = ob.iter().product();
     let (a_sm, a_sk) = (a.strides[ra - 2], a.strides[ra - 1]);

@@ -4,21 +4,6 @@ use super::view::{offset_in, with_scratch, View, MAX_RANK};
 
 pub fn index_copy(axis: usize, index: &View, src: &View, dest: &View) -> Result<(), String> {
     let r = dest.rank();
-    if axis >= r || src.rank() != r || index.numel() != src.shape[axis] {
-        return Err(format!(
-            "axis {axis}: dest {:?}, src {:?} and index {:?} do not agree",
-            dest.shape, src.shape, index.shape
-        ));
-    }
-    if (0..r).any(|d| d != axis && src.shape[d] != dest.shape[d]) {
-        return Err(format!(
-            "src {:?} and dest {:?} differ outside axis {axis}",
-            src.shape, dest.shape
-        ));
-    }
-    if index.dtype.is_float() {
-        return Err(format!("index must be integers, got {}", index.dtype));
-    }
     let lim = dest.shape[axis];
     let l = index.numel();
     for i in 0..l {

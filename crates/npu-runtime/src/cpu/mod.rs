@@ -2,20 +2,20 @@
 //! and every weight built at prepare time; a run converts the inputs into their buffers,
 //! executes the steps in order over strided views, and converts the outputs back.
 
-pub mod amx;
-pub mod attention;
-pub mod conv;
-pub mod conv_grouped;
-pub mod copy;
-pub mod dot;
-pub mod elementwise;
-pub mod embedding;
-pub mod gemm;
-pub mod index_copy;
-pub mod norm;
-pub mod pool;
-pub mod rope;
-pub mod softmax;
+pub(crate) mod amx;
+pub(crate) mod attention;
+pub(crate) mod conv;
+pub(crate) mod conv_grouped;
+pub(crate) mod copy;
+pub(crate) mod dot;
+pub(crate) mod elementwise;
+pub(crate) mod embedding;
+pub(crate) mod gemm;
+pub(crate) mod index_copy;
+pub(crate) mod norm;
+pub(crate) mod pool;
+pub(crate) mod rope;
+pub(crate) mod softmax;
 pub mod view;
 
 use crate::backend::{
@@ -468,7 +468,7 @@ impl Executable for CpuExecutable {
                 });
             }
             let started = self.step_ms.is_on().then(std::time::Instant::now);
-            exec_step(&step.kernel, &ins, &outs).map_err(|message| RuntimeError::Step {
+            run_kernel(&step.kernel, &ins, &outs).map_err(|message| RuntimeError::Step {
                 step: si,
                 origin: step.origin.clone(),
                 kernel: step.kernel.kind(),
@@ -495,24 +495,16 @@ impl Executable for CpuExecutable {
     }
 }
 
-fn need(
-    ins: &[View],
-    outs: &[View],
-    n_in: std::ops::RangeInclusive<usize>,
-    n_out: usize,
-) -> Result<(), String> {
-    if !n_in.contains(&ins.len()) || outs.len() != n_out {
-        return Err(format!(
-            "expects {n_in:?} inputs and {n_out} outputs, got {} and {}",
-            ins.len(),
-            outs.len()
-        ));
-    }
-    Ok(())
+/// Runs one kernel over its views, after checking them against the kernel's contract
+/// ([`Kernel::check`]): the entry for callers that did not come through a validated program.
+pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String> {
+    kernel.check(ins, outs)?;
+    run_kernel(kernel, ins, outs)
 }
 
-/// Runs one kernel over its views.
-pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String> {
+/// Runs one kernel over views that satisfy its contract: a validated program's steps (prepare
+/// checked every binding against its buffer), or [`exec_step`] after its check.
+fn run_kernel(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String> {
     match kernel {
         Kernel::Gemm {
             alpha,
@@ -521,7 +513,6 @@ pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), Str
             residual,
             norm,
         } => {
-            need(ins, outs, 2..=4, 1)?;
             let (a, b, bias, nw) = kernel
                 .gemm_operands(ins)
                 .ok_or_else(|| format!("a gemm with {} inputs", ins.len()))?;
@@ -554,7 +545,6 @@ pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), Str
             groups,
             act,
         } => {
-            need(ins, outs, 2..=3, 1)?;
             let p = conv::ConvParams {
                 stride: *stride,
                 padding: *padding,
@@ -570,74 +560,37 @@ pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), Str
             stride,
             padding,
             dilation,
-        } => {
-            need(ins, outs, 1..=1, 1)?;
-            pool::pool2d(
-                *kind, *kernel, *stride, *padding, *dilation, &ins[0], &outs[0],
-            )
-        }
-        Kernel::AdaptiveAvgPool2d => {
-            need(ins, outs, 1..=1, 1)?;
-            pool::adaptive_avg_pool2d(&ins[0], &outs[0])
-        }
-        Kernel::Elementwise { expr } => {
-            need(ins, outs, 0..=usize::MAX, 1)?;
-            elementwise::elementwise(expr, ins, &outs[0])
-        }
-        Kernel::Softmax { scale } => {
-            need(ins, outs, 1..=2, 1)?;
-            softmax::softmax(*scale, &ins[0], ins.get(1), &outs[0])
-        }
-        Kernel::RmsNorm { eps } => {
-            need(ins, outs, 2..=2, 1)?;
-            norm::rms_norm(*eps, &ins[0], &ins[1], &outs[0])
-        }
+        } => pool::pool2d(
+            *kind, *kernel, *stride, *padding, *dilation, &ins[0], &outs[0],
+        ),
+        Kernel::AdaptiveAvgPool2d => pool::adaptive_avg_pool2d(&ins[0], &outs[0]),
+        Kernel::Elementwise { expr } => elementwise::elementwise(expr, ins, &outs[0]),
+        Kernel::Softmax { scale } => softmax::softmax(*scale, &ins[0], ins.get(1), &outs[0]),
+        Kernel::RmsNorm { eps } => norm::rms_norm(*eps, &ins[0], &ins[1], &outs[0]),
         Kernel::LayerNorm {
             eps,
             has_weight,
             has_bias,
         } => {
-            let n = 1 + usize::from(*has_weight) + usize::from(*has_bias);
-            need(ins, outs, n..=n, 1)?;
+            let n = ins.len();
             let w = has_weight.then(|| &ins[1]);
             let b = has_bias.then(|| &ins[n - 1]);
             norm::layer_norm(*eps, &ins[0], w, b, &outs[0])
         }
-        Kernel::Reduce { op, reduced } => {
-            need(ins, outs, 1..=1, 1)?;
-            norm::reduce(*op, *reduced, &ins[0], &outs[0])
-        }
-        Kernel::Embedding => {
-            need(ins, outs, 2..=2, 1)?;
-            embedding::embedding(&ins[0], &ins[1], &outs[0])
-        }
-        Kernel::IndexCopy { axis } => {
-            need(ins, outs, 2..=2, 1)?;
-            index_copy::index_copy(*axis, &ins[0], &ins[1], &outs[0])
-        }
-        Kernel::Rope => {
-            need(ins, outs, 3..=3, 1)?;
-            rope::rope(&ins[0], &ins[1], &ins[2], &outs[0])
-        }
-        Kernel::Attention { scale, causal } => {
-            need(ins, outs, 3..=4, 1)?;
-            attention::attention(
-                *scale,
-                *causal,
-                &ins[0],
-                &ins[1],
-                &ins[2],
-                ins.get(3),
-                &outs[0],
-            )
-        }
-        Kernel::Copy => {
-            need(ins, outs, 1..=1, 1)?;
-            copy::copy(&ins[0], &outs[0])
-        }
-        Kernel::Fill { value } => {
-            need(ins, outs, 0..=0, 1)?;
-            copy::fill(*value, &outs[0])
-        }
+        Kernel::Reduce { op, reduced } => norm::reduce(*op, *reduced, &ins[0], &outs[0]),
+        Kernel::Embedding => embedding::embedding(&ins[0], &ins[1], &outs[0]),
+        Kernel::IndexCopy { axis } => index_copy::index_copy(*axis, &ins[0], &ins[1], &outs[0]),
+        Kernel::Rope => rope::rope(&ins[0], &ins[1], &ins[2], &outs[0]),
+        Kernel::Attention { scale, causal } => attention::attention(
+            *scale,
+            *causal,
+            &ins[0],
+            &ins[1],
+            &ins[2],
+            ins.get(3),
+            &outs[0],
+        ),
+        Kernel::Copy => copy::copy(&ins[0], &outs[0]),
+        Kernel::Fill { value } => copy::fill(*value, &outs[0]),
     }
 }

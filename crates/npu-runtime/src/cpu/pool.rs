@@ -4,16 +4,6 @@ use super::view::{with_scratch, View};
 use npu_compiler::program::PoolKind;
 use rayon::prelude::*;
 
-fn nchw<'a>(x: &View<'a>, out: &View) -> Result<(), String> {
-    if x.rank() != 4 || out.rank() != 4 || x.shape[..2] != out.shape[..2] {
-        return Err(format!(
-            "expects x [N,C,H,W] and out [N,C,OH,OW], got {:?} and {:?}",
-            x.shape, out.shape
-        ));
-    }
-    Ok(())
-}
-
 /// The taps `i` of a window starting at `start` (dilation `d`, `k` taps) that land in
 /// `0..len`: the loop runs over these alone, so a huge padded window costs what it reads.
 fn in_bounds(start: isize, k: usize, d: usize, len: isize) -> std::ops::Range<usize> {
@@ -37,10 +27,6 @@ pub fn pool2d(
     x: &View,
     out: &View,
 ) -> Result<(), String> {
-    nchw(x, out)?;
-    if k.contains(&0) || s.contains(&0) {
-        return Err(format!("kernel {k:?} and stride {s:?} must be positive"));
-    }
     let (n, c, h, w) = (
         x.shape[0],
         x.shape[1],
@@ -116,7 +102,6 @@ pub fn pool2d(
 }
 
 pub fn adaptive_avg_pool2d(x: &View, out: &View) -> Result<(), String> {
-    nchw(x, out)?;
     let (n, c, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
     let (oh, ow) = (out.shape[2], out.shape[3]);
     (0..n * c).into_par_iter().for_each(|plane| {

@@ -24,6 +24,15 @@ pub struct View<'a> {
 unsafe impl Send for View<'_> {}
 unsafe impl Sync for View<'_> {}
 
+impl npu_compiler::contract::Operand for View<'_> {
+    fn shape(&self) -> &[usize] {
+        self.shape
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+}
+
 impl<'a> View<'a> {
     pub fn rank(&self) -> usize {
         self.shape.len()
