@@ -1,0 +1,305 @@
+//! Convolutions: one direct kernel for small groups (depthwise), else per group im2col or,
+//! for dense 1x1 planes, none, then a cuBLASLt or SIMT GEMM and the bias/activation epilogue.
+
+use super::{align, kl, Planner, StepPlan, SCRATCH0};
+use crate::gemm::plan_lt;
+use crate::launch::{dtype_code, grid_for, Arg, Launch, TdArg};
+use crate::loc::Loc;
+use crate::lt_call::LtCall;
+use npu_compiler::program::{Binding, ConvDims};
+use npu_ir::DType;
+
+/// Grouped convolutions whose group reduces over at most this many taps (cg x kh x kw) run as
+/// one direct kernel; larger groups amortize im2col + a tensor-core GEMM per group.
+const DIRECT_CONV_MAX_TAPS: usize = 1024;
+
+pub(crate) struct ConvP {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+    pub act: i32,
+}
+
+impl Planner<'_> {
+    pub(super) fn conv(
+        &self,
+        p: &ConvP,
+        x: &Binding,
+        w: &Binding,
+        bias: Option<&Binding>,
+        out: &Binding,
+    ) -> Result<StepPlan, String> {
+        let ConvDims {
+            n,
+            h,
+            w: wd,
+            o,
+            cg,
+            kh,
+            kw,
+            oh,
+            ow,
+            groups: g,
+            ..
+        } = ConvDims::check(
+            &x.shape,
+            &w.shape,
+            bias.map(|b| b.shape.as_slice()),
+            &out.shape,
+            p.stride,
+            p.padding,
+            p.dilation,
+            p.groups,
+        )?;
+        let og = o / g;
+        let kc = cg * kh * kw;
+        if g > 1 && kc <= DIRECT_CONV_MAX_TAPS {
+            return Ok(self.conv_direct(p, x, w, bias, out, n * o * oh * ow));
+        }
+        let cols = n * oh * ow;
+        let wdt = if w.dtype.is_float() && w.dtype != DType::F64 {
+            w.dtype
+        } else {
+            DType::F32
+        };
+        let col_bytes = align((kc * cols * wdt.size_bytes()) as u64);
+        let d_bytes = align((og * cols * 4) as u64);
+        let (col_off, d_off) = (SCRATCH0, SCRATCH0 + col_bytes);
+        let w_dense = w.is_contiguous() && w.dtype == wdt;
+        // 1x1, stride 1, no padding, over dense planes: the input already is each image's
+        // [cg, pix] B matrix, so one GEMM batched over images replaces im2col.
+        let pointwise = kh == 1
+            && kw == 1
+            && p.stride == [1, 1]
+            && p.padding == [0, 0]
+            && x.dtype == wdt
+            && w_dense
+            && x.strides[3] == 1
+            && (h == 1 || x.strides[2] == wd);
+        let mut launches = Vec::new();
+        for gi in 0..g {
+            let i = |v: usize| Arg::I32(v as i32);
+            let lt = if pointwise {
+                self.conv_1x1_lt(x, w, gi, [n, cg, og, oh * ow], d_off)?
+            } else {
+                None
+            };
+            if let Some(call) = lt {
+                launches.push(Launch::Lt(Box::new(call)));
+                launches.push(self.conv_epilogue(p, bias, out, gi, og, cols, d_off));
+                continue;
+            }
+            // 32-bit index kernels (2-D grids) when the sizes fit, else the 64-bit ones.
+            let small = cols < i32::MAX as usize && h * wd < i32::MAX as usize;
+            let (im2col, im_grid) = if wdt.size_bytes() == 2 && cols % 8 == 0 {
+                ("k_im2col8", (grid_for(kc * cols / 8), 1, 1))
+            } else if small {
+                (
+                    "k_im2col2",
+                    (cols.div_ceil(256).min(4096) as u32, kc.min(65535) as u32, 1),
+                )
+            } else {
+                ("k_im2col", (grid_for(kc * cols), 1, 1))
+            };
+            launches.push(kl(
+                self.f(im2col),
+                im_grid,
+                256,
+                0,
+                vec![
+                    Arg::Td(TdArg::of(x)),
+                    i(gi * cg),
+                    i(cg),
+                    i(kh),
+                    i(kw),
+                    i(p.stride[0]),
+                    i(p.stride[1]),
+                    i(p.padding[0]),
+                    i(p.padding[1]),
+                    i(p.dilation[0]),
+                    i(p.dilation[1]),
+                    i(oh),
+                    i(ow),
+                    Arg::Ptr(0, Loc::Scratch(col_off)),
+                    Arg::I32(dtype_code(wdt)),
+                ],
+            ));
+            // W_g as [og, kc] (from the 4-D weight's strides when it is dense).
+            let mut wa = TdArg::of(w);
+            if let Loc::Slot(s, off) = wa.loc {
+                wa.loc = Loc::Slot(
+                    s,
+                    off + (gi * og * w.strides[0] * w.dtype.size_bytes()) as u64,
+                );
+            }
+            wa.td.rank = 2;
+            wa.td.sh[0] = og as i64;
+            wa.td.sh[1] = kc as i64;
+            if w_dense {
+                wa.td.st[0] = kc as i64;
+                wa.td.st[1] = 1;
+            }
+            let colb = TdArg::scratch(col_off, wdt, &[kc, cols]);
+            let dt = TdArg::scratch(d_off, DType::F32, &[og, cols]);
+            let lt = if w_dense {
+                plan_lt(
+                    self.dev,
+                    &wa,
+                    &colb,
+                    wdt,
+                    wdt,
+                    og as i64,
+                    cols as i64,
+                    kc as i64,
+                    1,
+                    1.0,
+                    d_off,
+                    (cols as i64, (og * cols) as i64),
+                )
+                .map_err(|e| e.to_string())?
+            } else {
+                None
+            };
+            match lt {
+                Some(call) => launches.push(Launch::Lt(Box::new(call))),
+                None if w_dense => {
+                    launches.push(self.simt_gemm(wa, colb, None, 1.0, 0.0, -1, dt, og, cols, 1))
+                }
+                None => {
+                    // Strided weight: gather it through a [og, cg, kh, kw] view per element.
+                    return Err(format!(
+                        "conv weight {:?} with strides {:?} is not dense",
+                        w.shape, w.strides
+                    ));
+                }
+            }
+            launches.push(self.conv_epilogue(p, bias, out, gi, og, cols, d_off));
+        }
+        Ok(StepPlan {
+            launches,
+            scratch: col_bytes + d_bytes,
+        })
+    }
+
+    /// Group `gi` of a 1x1 convolution over dense planes as one cuBLASLt GEMM batched over the
+    /// images: D[o, img * pix + q] = sum_c W[gi * og + o, c] x[img, gi * cg + c, q], i.e. D
+    /// rows `cols` apart and images `pix` apart, the layout the conv epilogue reads.
+    fn conv_1x1_lt(
+        &self,
+        x: &Binding,
+        w: &Binding,
+        gi: usize,
+        [n, cg, og, pix]: [usize; 4],
+        d_off: u64,
+    ) -> Result<Option<LtCall>, String> {
+        let esz = x.dtype.size_bytes();
+        let mut b = TdArg::of(x);
+        if let Loc::Slot(s, off) = b.loc {
+            b.loc = Loc::Slot(s, off + (gi * cg * x.strides[1] * esz) as u64);
+        }
+        b.td.rank = 3;
+        b.td.sh[..3].copy_from_slice(&[n as i64, cg as i64, pix as i64]);
+        b.td.st[..3].copy_from_slice(&[x.strides[0] as i64, x.strides[1] as i64, 1]);
+        let mut a = TdArg::of(w);
+        if let Loc::Slot(s, off) = a.loc {
+            a.loc = Loc::Slot(
+                s,
+                off + (gi * og * w.strides[0] * w.dtype.size_bytes()) as u64,
+            );
+        }
+        a.td.rank = 3;
+        a.td.sh[..3].copy_from_slice(&[n as i64, og as i64, cg as i64]);
+        a.td.st[..3].copy_from_slice(&[0, cg as i64, 1]);
+        plan_lt(
+            self.dev,
+            &a,
+            &b,
+            w.dtype,
+            x.dtype,
+            og as i64,
+            pix as i64,
+            cg as i64,
+            n as i64,
+            1.0,
+            d_off,
+            ((n * pix) as i64, pix as i64),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    /// out[:, gi * og + o] = act(D[o, :] + bias) for one group, from D laid out [og, cols].
+    #[allow(clippy::too_many_arguments)]
+    fn conv_epilogue(
+        &self,
+        p: &ConvP,
+        bias: Option<&Binding>,
+        out: &Binding,
+        gi: usize,
+        og: usize,
+        cols: usize,
+        d_off: u64,
+    ) -> Launch {
+        let (epi, epi_grid) = if cols < i32::MAX as usize {
+            (
+                "k_conv_epilogue2",
+                (cols.div_ceil(256).min(4096) as u32, og.min(65535) as u32, 1),
+            )
+        } else {
+            ("k_conv_epilogue", (grid_for(og * cols), 1, 1))
+        };
+        kl(
+            self.f(epi),
+            epi_grid,
+            256,
+            0,
+            vec![
+                Arg::Ptr(0, Loc::Scratch(d_off)),
+                Arg::I64(cols as i64),
+                Arg::I64((gi * og) as i64),
+                Arg::Td(bias.map_or(TdArg::null(), TdArg::of)),
+                Arg::I32(i32::from(bias.is_some())),
+                Arg::I32(p.act),
+                Arg::Td(TdArg::of(out)),
+                Arg::I64(og as i64),
+            ],
+        )
+    }
+
+    /// Grouped and depthwise convolutions in one launch (kernels/conv.cu).
+    fn conv_direct(
+        &self,
+        p: &ConvP,
+        x: &Binding,
+        w: &Binding,
+        bias: Option<&Binding>,
+        out: &Binding,
+        total: usize,
+    ) -> StepPlan {
+        let i = |v: usize| Arg::I32(v as i32);
+        StepPlan {
+            launches: vec![kl(
+                self.f("k_conv_direct"),
+                (grid_for(total), 1, 1),
+                256,
+                0,
+                vec![
+                    Arg::Td(TdArg::of(x)),
+                    Arg::Td(TdArg::of(w)),
+                    Arg::Td(bias.map_or(TdArg::null(), TdArg::of)),
+                    Arg::I32(i32::from(bias.is_some())),
+                    Arg::I32(p.act),
+                    Arg::Td(TdArg::of(out)),
+                    i(p.groups),
+                    i(p.stride[0]),
+                    i(p.stride[1]),
+                    i(p.padding[0]),
+                    i(p.padding[1]),
+                    i(p.dilation[0]),
+                    i(p.dilation[1]),
+                ],
+            )],
+            scratch: 0,
+        }
+    }
+}

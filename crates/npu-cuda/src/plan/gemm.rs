@@ -1,0 +1,288 @@
+//! GEMMs: the GEMV kernels for one-row products, cuBLASLt (plus the epilogue kernel) for
+//! large ones, the SIMT kernel otherwise; the RMSNorm prologue of normalized GEMMs.
+
+use super::{align, kl, Planner, StepPlan, SCRATCH0};
+use crate::gemm::{epilogue, plan_lt};
+use crate::launch::{Arg, Launch, TdArg};
+use crate::loc::Loc;
+use npu_compiler::program::Binding;
+
+impl Planner<'_> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm(
+        &self,
+        alpha: f32,
+        beta: f32,
+        act: i32,
+        residual: bool,
+        a: &Binding,
+        b: &Binding,
+        bias: Option<&Binding>,
+        norm: Option<(f32, &Binding)>,
+        out: &Binding,
+    ) -> Result<StepPlan, String> {
+        let (ra, r) = (a.shape.len(), out.shape.len());
+        let (m, n, k) = (out.shape[r - 2], out.shape[r - 1], a.shape[ra - 1]);
+        let ob = &out.shape[..r - 2];
+        let batches: usize = ob.iter().product();
+        let with = |last: [usize; 2]| -> Vec<usize> { ob.iter().copied().chain(last).collect() };
+        let mut an = TdArg::of(a).aligned_to(&with([m, k]));
+        let bn = TdArg::of(b).aligned_to(&with([k, n]));
+        let biasn = bias.map(|x| TdArg::of(x).aligned_to(&out.shape));
+        let bias_mode = match (bias.is_some(), residual) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
+        let o = TdArg::of(out);
+        let (b_sk, b_sn) = (bn.td.st[r - 2], bn.td.st[r - 1]);
+        let gemv = m == 1
+            && b_sk == 1
+            && (1..=12288).contains(&k)
+            && batches <= 65535
+            && b.dtype.is_float();
+        let esz = b.dtype.size_bytes() as u64;
+        let off_ok = matches!(bn.loc, Loc::Slot(_, off) if off % 16 == 0);
+        let bs_ok = (0..r - 2).all(|d| bn.td.st[d] % 8 == 0);
+        let vec = esz == 2 && k % 8 == 0 && b_sn % 8 == 0 && off_ok && bs_ok;
+        // Same 16-bit dtype on both sides: a is staged raw (half the shared memory).
+        let raw16 = gemv && vec && a.dtype == b.dtype;
+        // The RMSNorm prologue: in k_gemv16's staging of a, or else one k_rms_norm launch
+        // into scratch (after the cuBLASLt result) that the GEMM reads as its a.
+        let mut pre = Vec::new();
+        let mut norm_end = 0;
+        let norm_arg = match norm {
+            Some((eps, nw)) if raw16 => (TdArg::of(nw), 1, eps),
+            Some((eps, nw)) => {
+                if ra != 2 {
+                    return Err(format!(
+                        "a normalized gemm needs a 2-D a, got {:?}",
+                        a.shape
+                    ));
+                }
+                let off = SCRATCH0 + align((batches * m * n * 4) as u64);
+                norm_end = off + align((m * k * a.dtype.size_bytes()) as u64) - SCRATCH0;
+                let normed = TdArg::scratch(off, a.dtype, &[m, k]);
+                pre.push(kl(
+                    self.f("k_rms_norm"),
+                    (m as u32, 1, 1),
+                    256,
+                    0,
+                    vec![
+                        Arg::Td(TdArg::of(a)),
+                        Arg::Td(TdArg::of(nw)),
+                        Arg::F32(eps),
+                        Arg::Td(normed),
+                    ],
+                ));
+                an = normed.aligned_to(&with([m, k]));
+                (TdArg::null(), 0, 0.0)
+            }
+            None => (TdArg::null(), 0, 0.0),
+        };
+        let plan = self.gemm_paths(GemmPaths {
+            alpha,
+            beta,
+            act,
+            bias_mode,
+            a_dtype: a.dtype,
+            b_dtype: b.dtype,
+            an,
+            bn,
+            biasn,
+            o,
+            norm: norm_arg,
+            m,
+            n,
+            k,
+            batches,
+            gemv,
+            vec,
+            raw16,
+            out_numel: out.numel(),
+        })?;
+        pre.extend(plan.launches);
+        Ok(StepPlan {
+            launches: pre,
+            scratch: plan.scratch.max(norm_end),
+        })
+    }
+
+    /// The GEMM's launches once its operands are bound (see `gemm`).
+    fn gemm_paths(&self, g: GemmPaths) -> Result<StepPlan, String> {
+        let GemmPaths {
+            alpha,
+            beta,
+            act,
+            bias_mode,
+            a_dtype,
+            b_dtype,
+            an,
+            bn,
+            biasn,
+            o,
+            norm,
+            m,
+            n,
+            k,
+            batches,
+            gemv,
+            vec,
+            raw16,
+            out_numel,
+        } = g;
+        let null = TdArg::null();
+        if gemv {
+            let (name, smem) = if raw16 {
+                ("k_gemv16", k * 2)
+            } else {
+                ("k_gemv", k * 4)
+            };
+            // One warp per output column, 8 per block (4 per block, for more blocks at
+            // N = 1536, measured slower on the H100: each block stages all of `a`).
+            let launch = kl(
+                self.f(name),
+                (n.div_ceil(8) as u32, batches.max(1) as u32, 1),
+                256,
+                smem as u32,
+                vec![
+                    Arg::Td(an),
+                    Arg::Td(bn),
+                    Arg::Td(biasn.unwrap_or(null)),
+                    Arg::I32(bias_mode),
+                    Arg::F32(alpha),
+                    Arg::F32(beta),
+                    Arg::I32(act),
+                    Arg::Td(o),
+                    Arg::I32(i32::from(vec)),
+                ],
+            );
+            let launch = match launch {
+                Launch::Kernel(mut kern) if raw16 => {
+                    // k_gemv16 has no `vec` flag; it takes the norm prologue's operands
+                    kern.args.pop();
+                    kern.args.push(Arg::Td(norm.0));
+                    kern.args.push(Arg::I32(norm.1));
+                    kern.args.push(Arg::F32(norm.2));
+                    Launch::Kernel(kern)
+                }
+                other => other,
+            };
+            return Ok(StepPlan {
+                launches: vec![launch],
+                scratch: 0,
+            });
+        }
+        if m * n * k >= 32 * 32 * 32 {
+            let d_off = SCRATCH0;
+            let lt = plan_lt(
+                self.dev,
+                &an,
+                &bn,
+                a_dtype,
+                b_dtype,
+                m as i64,
+                n as i64,
+                k as i64,
+                batches as i64,
+                alpha,
+                d_off,
+                (n as i64, (m * n) as i64),
+            )
+            .map_err(|e| e.to_string())?;
+            if let Some(call) = lt {
+                let total = out_numel;
+                let epi = epilogue(
+                    self.dev,
+                    d_off,
+                    (m * n) as i64,
+                    biasn.map(|b| (b, bias_mode)),
+                    beta,
+                    act,
+                    o,
+                    total,
+                );
+                return Ok(StepPlan {
+                    launches: vec![Launch::Lt(Box::new(call)), epi],
+                    scratch: align((batches * m * n * 4) as u64),
+                });
+            }
+        }
+        Ok(StepPlan {
+            launches: vec![self.simt_gemm(
+                an,
+                bn,
+                biasn.map(|b| (b, bias_mode)),
+                alpha,
+                beta,
+                act,
+                o,
+                m,
+                n,
+                batches,
+            )],
+            scratch: 0,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn simt_gemm(
+        &self,
+        a: TdArg,
+        b: TdArg,
+        bias: Option<(TdArg, i32)>,
+        alpha: f32,
+        beta: f32,
+        act: i32,
+        out: TdArg,
+        m: usize,
+        n: usize,
+        batches: usize,
+    ) -> Launch {
+        let (bias, mode) = bias.map_or((TdArg::null(), 0), |(b, m)| (b, m));
+        kl(
+            self.f("k_gemm"),
+            (
+                n.div_ceil(64) as u32,
+                m.div_ceil(64) as u32,
+                batches.max(1) as u32,
+            ),
+            256,
+            0,
+            vec![
+                Arg::Td(a),
+                Arg::Td(b),
+                Arg::Td(bias),
+                Arg::I32(mode),
+                Arg::F32(alpha),
+                Arg::F32(beta),
+                Arg::I32(act),
+                Arg::Td(out),
+            ],
+        )
+    }
+}
+
+/// A GEMM's bound operands and the path facts `gemm` decided (see `gemm_paths`).
+struct GemmPaths {
+    alpha: f32,
+    beta: f32,
+    act: i32,
+    bias_mode: i32,
+    a_dtype: npu_ir::DType,
+    b_dtype: npu_ir::DType,
+    an: TdArg,
+    bn: TdArg,
+    biasn: Option<TdArg>,
+    o: TdArg,
+    /// k_gemv16's norm prologue operands: weight, on, eps.
+    norm: (TdArg, i32, f32),
+    m: usize,
+    n: usize,
+    k: usize,
+    batches: usize,
+    gemv: bool,
+    vec: bool,
+    raw16: bool,
+    out_numel: usize,
+}

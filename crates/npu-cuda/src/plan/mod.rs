@@ -1,0 +1,148 @@
+//! Turns every program step into planned launches (see `launch.rs`): which kernel, grid,
+//! arguments and scratch. All decisions (GEMV vs cuBLASLt vs SIMT GEMM, split counts) are
+//! made here, once, at prepare time, one file per kernel family.
+//!
+//! Steps come from a validated program: every step satisfies its kernel's contract
+//! (`Kernel::check`), so the planners derive sizes without re-checking shapes and add only
+//! this backend's own limits (rank 8, head dim 256, grid sizes).
+
+mod attention;
+mod conv;
+mod gather;
+mod gemm;
+mod pointwise;
+mod pool;
+mod rows;
+
+use crate::device::{Device, Func};
+use crate::launch::{unary_code, Arg, KernelLaunch, Launch};
+use crate::lt_call::LT_WORKSPACE;
+use conv::ConvP;
+use npu_compiler::program::{Binding, Kernel, Step};
+use std::collections::HashMap;
+
+/// What one step needs: its launches and the scratch bytes past the cuBLASLt workspace.
+pub(crate) struct StepPlan {
+    pub launches: Vec<Launch>,
+    pub scratch: u64,
+}
+
+impl From<Vec<Launch>> for StepPlan {
+    /// Launches that need no scratch.
+    fn from(launches: Vec<Launch>) -> Self {
+        StepPlan {
+            launches,
+            scratch: 0,
+        }
+    }
+}
+
+pub(crate) struct Planner<'a> {
+    pub dev: &'a Device,
+    pub ew: &'a HashMap<String, Func>,
+    pub step: usize,
+}
+
+/// Where a step's scratch starts: past the cuBLASLt workspace.
+const SCRATCH0: u64 = LT_WORKSPACE;
+
+fn align(x: u64) -> u64 {
+    x.div_ceil(256) * 256
+}
+
+fn kl(func: Func, grid: (u32, u32, u32), block: u32, smem: u32, args: Vec<Arg>) -> Launch {
+    Launch::Kernel(KernelLaunch {
+        func,
+        grid,
+        block: (block, 1, 1),
+        smem,
+        args,
+    })
+}
+
+/// (rows, last dim) of an operand of rank >= 1.
+fn rows_last(b: &Binding) -> (usize, usize) {
+    let d = b.shape[b.shape.len() - 1];
+    (b.numel() / d.max(1), d)
+}
+
+impl Planner<'_> {
+    fn f(&self, name: &str) -> Func {
+        self.dev.func(name)
+    }
+
+    pub fn plan(&self, step: &Step) -> Result<StepPlan, String> {
+        let (ins, outs) = (&step.inputs, &step.outputs);
+        let out = &outs[0];
+        match &step.kernel {
+            Kernel::Gemm {
+                alpha,
+                beta,
+                act,
+                residual,
+                norm,
+            } => {
+                let (a, b, bias, nw) = step
+                    .kernel
+                    .gemm_operands(ins)
+                    .ok_or_else(|| format!("a gemm with {} inputs", ins.len()))?;
+                self.gemm(
+                    *alpha,
+                    *beta,
+                    unary_code(*act),
+                    *residual,
+                    a,
+                    b,
+                    bias,
+                    norm.zip(nw),
+                    out,
+                )
+            }
+            Kernel::Conv2d {
+                stride,
+                padding,
+                dilation,
+                groups,
+                act,
+            } => {
+                let p = ConvP {
+                    stride: *stride,
+                    padding: *padding,
+                    dilation: *dilation,
+                    groups: *groups,
+                    act: unary_code(*act),
+                };
+                self.conv(&p, &ins[0], &ins[1], ins.get(2), out)
+            }
+            Kernel::Pool2d {
+                kind,
+                kernel,
+                stride,
+                padding,
+                dilation,
+            } => Ok(self
+                .pool2d(*kind, [*kernel, *stride, *padding, *dilation], &ins[0], out)
+                .into()),
+            Kernel::AdaptiveAvgPool2d => Ok(self.adaptive_avg_pool2d(&ins[0], out).into()),
+            Kernel::Elementwise { expr } => self.elementwise(expr, ins, out).map(Into::into),
+            Kernel::Softmax { scale } => Ok(self.softmax(*scale, &ins[0], ins.get(1), out).into()),
+            Kernel::RmsNorm { eps } => Ok(self.rms_norm(*eps, &ins[0], &ins[1], out).into()),
+            Kernel::LayerNorm {
+                eps,
+                has_weight,
+                has_bias,
+            } => {
+                let w = has_weight.then(|| &ins[1]);
+                let b = has_bias.then(|| &ins[ins.len() - 1]);
+                Ok(self.layer_norm(*eps, &ins[0], w, b, out).into())
+            }
+            Kernel::Reduce { op, reduced } => Ok(self.reduce(*op, *reduced, &ins[0], out).into()),
+            Kernel::Embedding => Ok(self.embedding(&ins[0], &ins[1], out).into()),
+            Kernel::IndexCopy { axis } => Ok(self.index_copy(*axis, &ins[0], &ins[1], out).into()),
+            Kernel::Rope => Ok(self.rope(&ins[0], &ins[1], &ins[2], out).into()),
+            Kernel::Attention { scale, causal } => self.attention(*scale, *causal, ins, out),
+            Kernel::Copy => Ok(self.copy(&ins[0], out).into()),
+            Kernel::Fill { value } => Ok(self.fill(*value, out).into()),
+        }
+    }
+}

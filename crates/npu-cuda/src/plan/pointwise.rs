@@ -1,0 +1,68 @@
+//! One thread per element: fused elementwise expressions (generated and compiled at prepare
+//! time), RoPE, strided copies and fills.
+
+use super::{kl, Planner};
+use crate::launch::{grid_for, Arg, Launch, TdArg};
+use npu_compiler::expr::Expr;
+use npu_compiler::program::Binding;
+
+fn td(b: &Binding) -> Arg {
+    Arg::Td(TdArg::of(b))
+}
+
+impl Planner<'_> {
+    pub(super) fn elementwise(
+        &self,
+        expr: &Expr,
+        ins: &[Binding],
+        o: &Binding,
+    ) -> Result<Vec<Launch>, String> {
+        let (_, name) = crate::elementwise::generate(expr, ins, o);
+        let func = *self
+            .ew
+            .get(&name)
+            .ok_or("elementwise kernel was not compiled")?;
+        let mut args: Vec<Arg> = ins.iter().map(td).collect();
+        args.push(td(o));
+        args.push(Arg::I64(o.numel() as i64));
+        Ok(vec![kl(func, (grid_for(o.numel()), 1, 1), 256, 0, args)])
+    }
+
+    pub(super) fn rope(
+        &self,
+        x: &Binding,
+        cos: &Binding,
+        sin: &Binding,
+        o: &Binding,
+    ) -> Vec<Launch> {
+        vec![kl(
+            self.f("k_rope"),
+            (grid_for(x.numel()), 1, 1),
+            256,
+            0,
+            vec![td(x), td(cos), td(sin), td(o), Arg::I64(x.numel() as i64)],
+        )]
+    }
+
+    pub(super) fn copy(&self, x: &Binding, o: &Binding) -> Vec<Launch> {
+        let n = o.numel();
+        vec![kl(
+            self.f("k_copy"),
+            (grid_for(n), 1, 1),
+            256,
+            0,
+            vec![td(x), td(o), Arg::I64(n as i64)],
+        )]
+    }
+
+    pub(super) fn fill(&self, value: f64, o: &Binding) -> Vec<Launch> {
+        let n = o.numel();
+        vec![kl(
+            self.f("k_fill"),
+            (grid_for(n), 1, 1),
+            256,
+            0,
+            vec![td(o), Arg::F64(value), Arg::I64(n as i64)],
+        )]
+    }
+}

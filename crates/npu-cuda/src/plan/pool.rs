@@ -1,0 +1,52 @@
+//! Max/average pooling over NCHW windows and adaptive average pooling.
+
+use super::{kl, Planner};
+use crate::launch::{grid_for, Arg, Launch, TdArg};
+use npu_compiler::program::{Binding, PoolKind};
+
+impl Planner<'_> {
+    /// `window` is [kernel, stride, padding, dilation], each [h, w].
+    pub(super) fn pool2d(
+        &self,
+        kind: PoolKind,
+        window: [[usize; 2]; 4],
+        x: &Binding,
+        o: &Binding,
+    ) -> Vec<Launch> {
+        let (k, cip, div) = match kind {
+            PoolKind::Max => (0, 0, 0),
+            PoolKind::Avg {
+                count_include_pad,
+                divisor,
+            } => (1, i32::from(count_include_pad), divisor.unwrap_or(0) as i32),
+        };
+        let mut args = vec![Arg::Td(TdArg::of(x)), Arg::Td(TdArg::of(o)), Arg::I32(k)];
+        args.extend(window.iter().flatten().map(|&v| Arg::I32(v as i32)));
+        args.extend([Arg::I32(cip), Arg::I32(div)]);
+        vec![kl(
+            self.f("k_pool2d"),
+            (grid_for(o.numel()), 1, 1),
+            256,
+            0,
+            args,
+        )]
+    }
+
+    pub(super) fn adaptive_avg_pool2d(&self, x: &Binding, o: &Binding) -> Vec<Launch> {
+        // Largest window: ceil(H / OH) x ceil(W / OW); from 32 taps a warp shares each.
+        let window =
+            x.shape[2].div_ceil(o.shape[2].max(1)) * x.shape[3].div_ceil(o.shape[3].max(1));
+        let (name, grid) = if window >= 32 {
+            ("k_adaptive_avg_pool2d_warp", grid_for(o.numel() * 32))
+        } else {
+            ("k_adaptive_avg_pool2d", grid_for(o.numel()))
+        };
+        vec![kl(
+            self.f(name),
+            (grid, 1, 1),
+            256,
+            0,
+            vec![Arg::Td(TdArg::of(x)), Arg::Td(TdArg::of(o))],
+        )]
+    }
+}
