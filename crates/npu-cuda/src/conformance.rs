@@ -707,7 +707,14 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         scale: 0.125,
         causal,
     };
-    let att = |rng: &mut Rng, name: String, b, h, kvh, s, t, d, dt, mask: bool, causal: bool| {
+    // `dead`: the mask's last rows attend to nothing (their output is zeros).
+    let att = |rng: &mut Rng,
+               name: String,
+               [b, h, kvh, s, t, d]: [usize; 6],
+               dt,
+               mask: bool,
+               causal: bool,
+               dead: usize| {
         let mut c = Case::new(name, attn(causal))
             .input(rng, &[b, h, s, d], dt)
             .input(rng, &[b, kvh, t, d], dt)
@@ -719,7 +726,7 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
             let vals: Vec<f32> = (0..n)
                 .map(|i| {
                     let (r, c) = (i / t, i % t);
-                    if c <= start + r && c >= 2 {
+                    if c <= start + r && c >= 2 && r + dead < s {
                         0.0
                     } else {
                         -3.389_531_4e38
@@ -740,83 +747,70 @@ fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
     v.push(att(
         rng,
         "attention bf16 prefill S=37 T=300 GQA 12/2 mask".into(),
-        1,
-        12,
-        2,
-        37,
-        300,
-        64,
+        [1, 12, 2, 37, 300, 64],
         BF16,
         true,
         false,
+        0,
+    ));
+    // Prefill on the GEMM path (16 or more rows, dense operands): f32, two batches, rows
+    // that attend to nothing.
+    v.push(att(
+        rng,
+        "attention f32 prefill S=40 T=96 GQA 6/2 B=2 dead rows".into(),
+        [2, 6, 2, 40, 96, 48],
+        F32,
+        true,
+        false,
+        3,
     ));
     v.push(att(
         rng,
         "attention f32 causal S=65 T=65 D=80 B=2".into(),
-        2,
-        4,
-        4,
-        65,
-        65,
-        80,
+        [2, 4, 4, 65, 65, 80],
         F32,
         false,
         true,
+        0,
     ));
     v.push(att(
         rng,
         "attention f16 decode T=2500 D=128 GQA 12/2".into(),
-        1,
-        12,
-        2,
-        1,
-        2500,
-        128,
+        [1, 12, 2, 1, 2500, 128],
         F16,
         true,
         false,
+        0,
     ));
     // the decode kernel at its edges: a head dim that is not a multiple of 32 with the
     // largest group, and one head per KV head without a mask
     v.push(att(
         rng,
         "attention f32 decode T=300 D=80 GQA 8/1 mask".into(),
-        2,
-        8,
-        1,
-        1,
-        300,
-        80,
+        [2, 8, 1, 1, 300, 80],
         F32,
         true,
         false,
+        0,
     ));
     v.push(att(
         rng,
         "attention bf16 decode T=77 D=64 MHA 4/4".into(),
-        1,
-        4,
-        4,
-        1,
-        77,
-        64,
+        [1, 4, 4, 1, 77, 64],
         BF16,
         false,
         false,
+        0,
     ));
     if long {
         v.push(att(
             rng,
             "attention bf16 decode T=32768 D=128 GQA 12/2".into(),
-            1,
-            12,
-            2,
-            1,
-            32768,
-            128,
+            [1, 12, 2, 1, 32768, 128],
             BF16,
             true,
             false,
+            0,
         ));
     }
     // Copy (transposed view, dtype conversion) and fill.

@@ -36,6 +36,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_attn",
     "k_attn_combine",
     "k_attn_dec",
+    "k_attn_softmax",
     "k_conv_direct",
 ];
 

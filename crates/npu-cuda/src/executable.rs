@@ -317,8 +317,8 @@ impl CudaExecutable {
                 match l {
                     Launch::Kernel(k) => k.relocate(&bases),
                     Launch::Lt(c) => {
-                        for i in 0..3 {
-                            c.ptrs[i] = bases.resolve(c.locs[i]);
+                        for (p, &l) in c.ptrs.iter_mut().zip(&c.locs) {
+                            *p = bases.resolve(l);
                         }
                     }
                 }

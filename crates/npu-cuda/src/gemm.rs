@@ -83,9 +83,25 @@ fn lt_operand(
     None
 }
 
-/// Plans D[batch, m, n] (f32, in scratch at `d_off`) = alpha * a @ b with cuBLASLt. D's rows
-/// are `d_layout.0` apart and its batches `d_layout.1` (dense: `(n, m * n)`). `a`, `b` are
-/// aligned to the output's rank. None when cuBLASLt cannot take the layouts.
+/// Where a planned cuBLASLt matmul writes D.
+// Built once per planned matmul at prepare time, so the size of `Out` costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum LtDest {
+    /// f32 in scratch at `off`, rows `ld` apart, batches `batch` apart (dense: `(n, m * n)`),
+    /// for an epilogue kernel to finish.
+    Scratch { off: u64, ld: i64, batch: i64 },
+    /// Straight into the output in its dtype, with an optional bias vector along n (in the
+    /// output's dtype) added by cuBLASLt's epilogue: D = round(alpha * a @ b + bias), what
+    /// `k_epilogue` computes without an activation, minus one f32 round trip through memory.
+    Out {
+        out: TdArg,
+        dtype: DType,
+        bias: Option<TdArg>,
+    },
+}
+
+/// Plans D[batch, m, n] = alpha * a @ b with cuBLASLt, D as `dest` says. `a`, `b` (and an
+/// output) are aligned to the output's rank. None when cuBLASLt cannot take the layouts.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_lt(
     dev: &Device,
@@ -98,8 +114,7 @@ pub(crate) fn plan_lt(
     k: i64,
     batches: i64,
     alpha: f32,
-    d_off: u64,
-    d_layout: (i64, i64),
+    dest: LtDest,
 ) -> CudaResult<Option<LtCall>> {
     let (Some(ta), Some(tb)) = (lt_type(a_dtype), lt_type(b_dtype)) else {
         return Ok(None);
@@ -120,15 +135,38 @@ pub(crate) fn plan_lt(
     let Some(lb) = lt_operand(true, k, m, a.td.st[r - 1], a.td.st[r - 2]) else {
         return Ok(None);
     };
-    let elem = a_dtype.size_bytes() as u64;
-    for (t, _) in [(a, 0), (b, 1)] {
-        if let Loc::Slot(_, off) = t.loc {
-            if off % 16 != 0 {
+    let aligned = |t: &TdArg| !matches!(t.loc, Loc::Slot(_, off) if off % 16 != 0);
+    if !aligned(a) || !aligned(b) {
+        return Ok(None);
+    }
+    // D's type, rows and batches, its location, and the bias of a direct output.
+    let (d_type, d_ld, d_batch, d_loc, bias) = match &dest {
+        LtDest::Scratch { off, ld, batch } => (
+            ltsys::cudaDataType::CUDA_R_32F,
+            *ld,
+            *batch,
+            Loc::Scratch(*off),
+            None,
+        ),
+        LtDest::Out { out, dtype, bias } => {
+            let (Some(t), Some(bs)) = (lt_type(*dtype), batch_stride(out, nb)) else {
+                return Ok(None);
+            };
+            let ld = out.td.st[r - 2];
+            let vector = bias.is_none_or(|v| {
+                v.td.st[r - 1] == 1 && (0..r - 1).all(|i| v.td.st[i] == 0 || v.td.sh[i] == 1)
+            });
+            if out.td.st[r - 1] != 1
+                || (m > 1 && ld < n)
+                || !aligned(out)
+                || !vector
+                || !bias.as_ref().is_none_or(aligned)
+            {
                 return Ok(None);
             }
+            (t, ld, bs, out.loc, bias.map(|v| (v.loc, t)))
         }
-    }
-    let _ = elem;
+    };
     let f32t = ltsys::cudaDataType::CUDA_R_32F;
     let desc = lt::create_matmul_desc(ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, f32t)
         .map_err(blas("matmul descriptor"))?;
@@ -179,7 +217,20 @@ pub(crate) fn plan_lt(
     };
     let l_a = mk(tb, la.0, la.1, la.2, sb)?;
     let l_b = mk(ta, lb.0, lb.1, lb.2, sa)?;
-    let l_d = mk(f32t, n as u64, m as u64, d_layout.0, d_layout.1)?;
+    if let Some((_, bias_type)) = bias {
+        let epi = ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as i32;
+        set_desc(
+            ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+            epi,
+        )
+        .map_err(blas("bias epilogue"))?;
+        set_desc(
+            ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+            bias_type as i32,
+        )
+        .map_err(blas("bias type"))?;
+    }
+    let l_d = mk(d_type, n as u64, m as u64, d_ld, d_batch)?;
     let pref = lt::create_matmul_pref().map_err(blas("preference"))?;
     let ws = LT_WORKSPACE;
     // SAFETY: live objects; the heuristic only reads them.
@@ -198,8 +249,9 @@ pub(crate) fn plan_lt(
         desc,
         layouts: [l_a, l_b, l_d],
         algo: ltsys::cublasLtMatmulAlgo_t { data: [0; 8] },
-        locs: [b.loc, a.loc, Loc::Scratch(d_off)],
-        ptrs: [0; 3],
+        locs: [b.loc, a.loc, d_loc, bias.map_or(Loc::Null, |b| b.0)],
+        ptrs: [0; 4],
+        bias: bias.is_some(),
         alpha,
         beta: 0.0,
     };

@@ -11,13 +11,16 @@ use std::ffi::c_void;
 /// Scratch bytes cuBLASLt may use.
 pub(crate) const LT_WORKSPACE: u64 = 32 << 20;
 
-/// A planned cuBLASLt matmul: D (col-major N x M, f32) = alpha * op(A) op(B).
+/// A planned cuBLASLt matmul: D (col-major N x M) = alpha * op(A) op(B) (+ bias).
 pub(crate) struct LtCall {
     pub desc: ltsys::cublasLtMatmulDesc_t,
     pub layouts: [ltsys::cublasLtMatrixLayout_t; 3],
     pub algo: ltsys::cublasLtMatmulAlgo_t,
-    pub locs: [Loc; 3],
-    pub ptrs: [u64; 3],
+    /// A, B, D and the bias vector (`Loc::Null` without one).
+    pub locs: [Loc; 4],
+    pub ptrs: [u64; 4],
+    /// The descriptor has a bias epilogue, whose pointer is set before each launch.
+    pub bias: bool,
     pub alpha: f32,
     pub beta: f32,
 }
@@ -39,6 +42,24 @@ impl Drop for LtCall {
 
 impl LtCall {
     pub fn launch(&self, dev: &Device, workspace: u64) -> CudaResult<()> {
+        if self.bias {
+            // The bias pointer lives in the descriptor; cuBLASLt reads it when the matmul is
+            // enqueued (or captured into a graph), so setting it per launch is enough.
+            let p = self.ptrs[3];
+            // SAFETY: a live descriptor and an 8-byte pointer value.
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    self.desc,
+                    ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    &p as *const u64 as *const c_void,
+                    std::mem::size_of::<u64>(),
+                )
+            }
+            .map_err(|e| CudaError::Blas {
+                what: "bias pointer".into(),
+                message: format!("{e:?}"),
+            })?;
+        }
         // SAFETY: pointers were resolved against live buffers; layouts match them.
         unsafe {
             lt::matmul(

@@ -2,7 +2,8 @@
 // KV group, so K/V tiles are read once for all heads sharing them (GQA without expansion).
 // Each split runs an online softmax over its range of key positions and writes (m, l,
 // acc[D]) partials; k_attn_combine merges the splits. Masked slots (additive mask at or
-// below -65504, causal t > s) get probability exactly 0 and fully masked tiles are skipped.
+// below -65504, causal t > s) get probability exactly 0 and fully masked tiles are skipped
+// (found for 32 tiles at a time, see k_attn).
 
 #define AT 32
 #define MAXD 256
@@ -47,6 +48,7 @@ extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int c
   float* ks = sm;                       // [AT][D + 1]
   float* vs = ks + AT * (D + 1);         // [AT][D]
   float* qs = vs + AT * D;              // [nw][D]
+  float* ps = qs + nw * D;              // [nw][AT]: the tile's probabilities per warp
   i64 bk = blockIdx.z, b = bk / KVH, kh = bk % KVH, s = blockIdx.y;
   int split = blockIdx.x;
   int hh = hbase + warp;
@@ -60,54 +62,174 @@ extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int c
   i64 mbase = has_mask ? b * mask.st[0] + h * mask.st[1] + s * mask.st[2] : 0;
   float m = -NPU_INF, l = 0.0f;
   float acc[MAXD / 32];
+#pragma unroll
   for (int j = 0; j < MAXD / 32; ++j) acc[j] = 0.0f;
   int nd = (D + 31) / 32;
-  for (i64 t0 = t_begin; t0 < t_end; t0 += AT) {
-    i64 tn = min((i64)AT, t_end - t0);
-    i64 t = t0 + lane;
-    bool valid = active && lane < tn;
-    float mv = 0.0f;
-    if (valid && has_mask) {
-      mv = ld(mask, mbase + t * mask.st[3]);
-      if (mv <= MASKED) valid = false;
-    }
-    if (!__syncthreads_or(valid)) continue;
-    load_tile(k, kbase, t0, tn, D, ks, D + 1);
-    load_tile(v, vbase, t0, tn, D, vs, D);
-    __syncthreads();
-    if (__any_sync(0xffffffffu, valid)) {
-      float sc = -NPU_INF;
-      if (valid) {
-        float dot = 0.0f;
-        const float* kr = ks + lane * (D + 1);
-        const float* qr = qs + warp * D;
-        for (int d = 0; d < D; ++d) dot += qr[d] * kr[d];
-        sc = dot * scale + mv;
+  __shared__ unsigned chunk_bits;
+  // Keys in chunks of 32 tiles. With a mask, one pass per chunk finds the tiles holding any
+  // unmasked key for any of the block's heads, every mask load in flight at once; the tile
+  // loop then skips the others without touching memory. A static-cache prefill row sees
+  // s + 1 of T keys, so most tiles are skipped, and serial per-tile mask loads cost more
+  // than the attention itself.
+  for (i64 c0 = t_begin; c0 < t_end; c0 += 32 * AT) {
+    unsigned bits = 0xffffffffu;
+    if (has_mask) {
+      float mvs[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        i64 t = c0 + (i64)i * AT + lane;
+        mvs[i] = (active && t < t_end) ? ld(mask, mbase + t * mask.st[3]) : -NPU_INF;
       }
-      float mn = fmaxf(m, warp_max(sc));
-      float p = valid ? expf(sc - mn) : 0.0f;
-      float corr = (m == -NPU_INF) ? 0.0f : expf(m - mn);
-      l = l * corr + warp_sum(p);
-      for (int j = 0; j < nd; ++j) acc[j] *= corr;
-      for (int tt = 0; tt < tn; ++tt) {
-        float pt = __shfl_sync(0xffffffffu, p, tt);
-        if (pt != 0.0f) {
-          for (int j = 0; j < nd; ++j) {
-            int d = lane + 32 * j;
-            if (d < D) acc[j] += pt * vs[tt * D + d];
+      unsigned mine = 0u;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        if (__ballot_sync(0xffffffffu, !(mvs[i] <= MASKED))) mine |= 1u << i;
+      __syncthreads();
+      if (threadIdx.x == 0) chunk_bits = 0u;
+      __syncthreads();
+      if (lane == 0 && mine) atomicOr(&chunk_bits, mine);
+      __syncthreads();
+      bits = chunk_bits;
+    }
+    for (int ti = 0; ti < 32; ++ti) {
+      i64 t0 = c0 + (i64)ti * AT;
+      if (t0 >= t_end) break;
+      if (!((bits >> ti) & 1u)) continue;
+      i64 tn = min((i64)AT, t_end - t0);
+      i64 t = t0 + lane;
+      bool valid = active && lane < tn;
+      float mv = 0.0f;
+      if (valid && has_mask) {
+        mv = ld(mask, mbase + t * mask.st[3]);
+        if (mv <= MASKED) valid = false;
+      }
+      if (!__syncthreads_or(valid)) continue;
+      load_tile(k, kbase, t0, tn, D, ks, D + 1);
+      load_tile(v, vbase, t0, tn, D, vs, D);
+      __syncthreads();
+      if (__any_sync(0xffffffffu, valid)) {
+        // Independent chains everywhere: a warp handles one query row, so its latency, not
+        // the SM's throughput, bounds a prefill (measured 11 cycles per instruction with one
+        // serial dot product and a shuffle-then-branch per key).
+        float sc = -NPU_INF;
+        if (valid) {
+          const float* kr = ks + lane * (D + 1);
+          const float* qr = qs + warp * D;
+          float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+          int d = 0;
+#pragma unroll 4
+          for (; d + 4 <= D; d += 4) {
+            d0 += qr[d] * kr[d];
+            d1 += qr[d + 1] * kr[d + 1];
+            d2 += qr[d + 2] * kr[d + 2];
+            d3 += qr[d + 3] * kr[d + 3];
+          }
+          for (; d < D; ++d) d0 += qr[d] * kr[d];
+          sc = ((d0 + d1) + (d2 + d3)) * scale + mv;
+        }
+        float mn = fmaxf(m, warp_max(sc));
+        float p = valid ? expf(sc - mn) : 0.0f;
+        float corr = (m == -NPU_INF) ? 0.0f : expf(m - mn);
+        l = l * corr + warp_sum(p);
+        // acc is indexed by compile-time j only, so it stays in registers
+#pragma unroll
+        for (int j = 0; j < MAXD / 32; ++j)
+          if (j < nd) acc[j] *= corr;
+        float* pw = ps + warp * AT;
+        pw[lane] = p;
+        __syncwarp();
+        // A masked key's probability is exactly 0 and its V row is never read (a stale
+        // cache slot may hold anything, inf or NaN included).
+#pragma unroll 4
+        for (int tt = 0; tt < tn; ++tt) {
+          float pt = pw[tt];
+          if (pt != 0.0f) {
+            const float* vr = vs + tt * D;
+#pragma unroll
+            for (int jj = 0; jj < MAXD / 32; ++jj) {
+              int dd = lane + 32 * jj;
+              if (jj < nd && dd < D) acc[jj] += pt * vr[dd];
+            }
           }
         }
+        __syncwarp();
+        m = mn;
       }
-      m = mn;
+      __syncthreads();
     }
-    __syncthreads();
   }
   if (!active) return;
   float* pp = part + (((b * H + h) * S + s) * nsplit + split) * (i64)(D + 2);
   if (lane == 0) { pp[0] = m; pp[1] = l; }
-  for (int j = 0; j < nd; ++j) {
+#pragma unroll
+  for (int j = 0; j < MAXD / 32; ++j) {
     int d = lane + 32 * j;
-    if (d < D) pp[2 + d] = acc[j];
+    if (j < nd && d < D) pp[2 + d] = acc[j];
+  }
+}
+
+// The softmax of attention's GEMM path (plan/attention.rs), one block per row of scores:
+// p = exp(x + mask - max) / sum, with a masked slot (mask <= -65504) exactly 0 and a fully
+// masked row all zeros, as k_attn; the scale was applied by the GEMM. p is stored in out's
+// dtype (V's, for the second GEMM). Rows of up to AS_MAX * blockDim slots are read once
+// into registers, every load in flight together; longer rows are read three times.
+#define AS_MAX 16
+__device__ __forceinline__ float attn_score(const TD& x, const TD& mask, int has_mask, i64 xo, i64 mo,
+                                            i64 i) {
+  int r = x.rank;
+  float v = ld(x, xo + i * x.st[r - 1]);
+  if (has_mask) {
+    float mv = ld(mask, mo + i * mask.st[r - 1]);
+    v = mv <= MASKED ? -NPU_INF : v + mv;
+  }
+  return v;
+}
+
+extern "C" __global__ void k_attn_softmax(TD x, TD mask, int has_mask, TD out) {
+  int r = x.rank;
+  i64 n = x.sh[r - 1], row = blockIdx.x;
+  i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
+  i64 mo = has_mask ? offset_lead(mask, r - 1, row) : 0;
+  i64 os = out.st[r - 1];
+  if (n <= (i64)AS_MAX * blockDim.x) {
+    float v[AS_MAX];
+    float m = -NPU_INF;
+#pragma unroll
+    for (int j = 0; j < AS_MAX; ++j) {
+      i64 i = threadIdx.x + (i64)j * blockDim.x;
+      v[j] = i < n ? attn_score(x, mask, has_mask, xo, mo, i) : -NPU_INF;
+    }
+#pragma unroll
+    for (int j = 0; j < AS_MAX; ++j) m = fmaxf(m, v[j]);
+    m = block_max(m);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < AS_MAX; ++j) {
+      v[j] = v[j] == -NPU_INF ? 0.0f : expf(v[j] - m);
+      sum += v[j];
+    }
+    sum = block_sum(sum);
+    float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+    for (int j = 0; j < AS_MAX; ++j) {
+      i64 i = threadIdx.x + (i64)j * blockDim.x;
+      if (i < n) st(out, oo + i * os, v[j] * inv);
+    }
+    return;
+  }
+  float m = -NPU_INF;
+  for (i64 i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, attn_score(x, mask, has_mask, xo, mo, i));
+  m = block_max(m);
+  float sum = 0.0f;
+  for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = attn_score(x, mask, has_mask, xo, mo, i);
+    if (v != -NPU_INF) sum += expf(v - m);
+  }
+  sum = block_sum(sum);
+  float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = attn_score(x, mask, has_mask, xo, mo, i);
+    st(out, oo + i * os, v == -NPU_INF ? 0.0f : expf(v - m) * inv);
   }
 }
 

@@ -109,19 +109,26 @@ __device__ __forceinline__ float round_dt(int dt, float v) {
 __device__ __forceinline__ float ld(const TD& t, i64 off) { return ld_dt(t.ptr, t.dt, off); }
 __device__ __forceinline__ void st(const TD& t, i64 off, float v) { st_dt(t.ptr, t.dt, off, v); }
 
-// Element offset of row-major linear index `lin` over t's own shape.
-__device__ __forceinline__ i64 offset_of(const TD& t, i64 lin) {
-  i64 off = 0;
-  for (int d = t.rank - 1; d >= 0; --d) {
-    i64 n = t.sh[d];
-    off += (lin % n) * t.st[d];
-    lin /= n;
-  }
-  return off;
-}
-// Offset of linear index `lin` over the first `r` dims of t.
+// Offset of linear index `lin` over the first `r` dims of t. Index math runs per element in
+// most kernels, and a 64-bit division costs several times a 32-bit one: indices below 2^31
+// take 32-bit divisions, size-1 dims none, and the walk stops once the index is used up.
 __device__ __forceinline__ i64 offset_lead(const TD& t, int r, i64 lin) {
   i64 off = 0;
+  if (lin >= 0 && lin <= 0x7fffffffLL) {
+    unsigned l = (unsigned)lin;
+    for (int d = r - 1; d >= 0 && l != 0; --d) {
+      i64 n64 = t.sh[d];
+      if (n64 == 1) continue;
+      if (n64 > (i64)l) {
+        off += (i64)l * t.st[d];
+        break;
+      }
+      unsigned n = (unsigned)n64;
+      off += (i64)(l % n) * t.st[d];
+      l /= n;
+    }
+    return off;
+  }
   for (int d = r - 1; d >= 0; --d) {
     i64 n = t.sh[d];
     off += (lin % n) * t.st[d];
@@ -129,6 +136,8 @@ __device__ __forceinline__ i64 offset_lead(const TD& t, int r, i64 lin) {
   }
   return off;
 }
+// Element offset of row-major linear index `lin` over t's own shape.
+__device__ __forceinline__ i64 offset_of(const TD& t, i64 lin) { return offset_lead(t, t.rank, lin); }
 
 // apply_unary(code, x), the epilogue activation, is generated from the pointwise table and
 // appended to this header (elementwise.rs, common_source()).

@@ -2,7 +2,7 @@
 //! for dense 1x1 planes, none, then a cuBLASLt or SIMT GEMM and the bias/activation epilogue.
 
 use super::{align, kl, Planner, StepPlan, SCRATCH0};
-use crate::gemm::plan_lt;
+use crate::gemm::{plan_lt, LtDest};
 use crate::launch::{dtype_code, grid_for, Arg, Launch, TdArg};
 use crate::loc::Loc;
 use crate::lt_call::LtCall;
@@ -154,8 +154,11 @@ impl Planner<'_> {
                     kc as i64,
                     1,
                     1.0,
-                    d_off,
-                    (cols as i64, (og * cols) as i64),
+                    LtDest::Scratch {
+                        off: d_off,
+                        ld: cols as i64,
+                        batch: (og * cols) as i64,
+                    },
                 )
                 .map_err(|e| e.to_string())?
             } else {
@@ -222,8 +225,11 @@ impl Planner<'_> {
             cg as i64,
             n as i64,
             1.0,
-            d_off,
-            ((n * pix) as i64, pix as i64),
+            LtDest::Scratch {
+                off: d_off,
+                ld: (n * pix) as i64,
+                batch: pix as i64,
+            },
         )
         .map_err(|e| e.to_string())
     }

@@ -2,7 +2,7 @@
 //! large ones, the SIMT kernel otherwise; the RMSNorm prologue of normalized GEMMs.
 
 use super::{align, kl, Planner, StepPlan, SCRATCH0};
-use crate::gemm::{epilogue, plan_lt};
+use crate::gemm::{epilogue, plan_lt, LtDest};
 use crate::launch::{Arg, Launch, TdArg};
 use crate::loc::Loc;
 use npu_compiler::program::Binding;
@@ -100,6 +100,7 @@ impl Planner<'_> {
             vec,
             raw16,
             out_numel: out.numel(),
+            out_dtype: out.dtype,
         })?;
         pre.extend(plan.launches);
         Ok(StepPlan {
@@ -130,6 +131,7 @@ impl Planner<'_> {
             vec,
             raw16,
             out_numel,
+            out_dtype,
         } = g;
         let null = TdArg::null();
         if gemv {
@@ -174,6 +176,33 @@ impl Planner<'_> {
             });
         }
         if m * n * k >= 32 * 32 * 32 {
+            // No activation and at most a plain bias: cuBLASLt writes the output itself (a
+            // residual is added after rounding the product, as PyTorch's two ops do, and
+            // cuBLASLt's ReLU drops NaN, so those keep the epilogue kernel).
+            let plain_bias = bias_mode == 0 || (bias_mode == 1 && beta == 1.0);
+            if act < 0 && plain_bias && biasn.is_none_or(|b| b.td.dt == o.td.dt) {
+                let direct = plan_lt(
+                    self.dev,
+                    &an,
+                    &bn,
+                    a_dtype,
+                    b_dtype,
+                    m as i64,
+                    n as i64,
+                    k as i64,
+                    batches as i64,
+                    alpha,
+                    LtDest::Out {
+                        out: o,
+                        dtype: out_dtype,
+                        bias: biasn,
+                    },
+                )
+                .map_err(|e| e.to_string())?;
+                if let Some(call) = direct {
+                    return Ok(vec![Launch::Lt(Box::new(call))].into());
+                }
+            }
             let d_off = SCRATCH0;
             let lt = plan_lt(
                 self.dev,
@@ -186,8 +215,11 @@ impl Planner<'_> {
                 k as i64,
                 batches as i64,
                 alpha,
-                d_off,
-                (n as i64, (m * n) as i64),
+                LtDest::Scratch {
+                    off: d_off,
+                    ld: n as i64,
+                    batch: (m * n) as i64,
+                },
             )
             .map_err(|e| e.to_string())?;
             if let Some(call) = lt {
@@ -285,4 +317,5 @@ struct GemmPaths {
     vec: bool,
     raw16: bool,
     out_numel: usize,
+    out_dtype: npu_ir::DType,
 }
