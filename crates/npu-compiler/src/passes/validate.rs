@@ -147,13 +147,28 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
             dim(*d, x.len().max(1), "softmax")?;
             same_shape("softmax output", out0(outs)?, x)?;
         }
-        IrOp::Mean { dims, .. } | IrOp::Sum { dims, .. } => {
+        IrOp::Mean { dims, keepdim } | IrOp::Sum { dims, keepdim } => {
             need(ins, 1, &op.name())?;
-            let rank = ins[0].rank();
+            let x = &ins[0].shape;
+            let rank = x.len();
             // A 0-d operand reduces as a 1-element vector (as lowering and PyTorch do).
+            let mut reduced = vec![dims.is_empty(); rank.max(1)];
             for &d in dims {
-                dim(d, rank.max(1), &op.name())?;
+                let i = dim(d, rank.max(1), &op.name())?;
+                if std::mem::replace(&mut reduced[i], true) {
+                    return Err(format!("{} reduces dim {d} twice", op.name()));
+                }
             }
+            let want: Vec<usize> = x
+                .iter()
+                .zip(&reduced)
+                .filter_map(|(&n, &r)| match (r, *keepdim) {
+                    (false, _) => Some(n),
+                    (true, true) => Some(1),
+                    (true, false) => None,
+                })
+                .collect();
+            same_shape(&format!("{} output", op.name()), out0(outs)?, &want)?;
         }
         IrOp::Transpose { dim0, dim1 } => {
             need(ins, 1, "transpose")?;
@@ -281,10 +296,22 @@ fn op_problem(op: &IrOp, ins: &[&TensorType], outs: &[&TensorType]) -> Check {
         }
         IrOp::IndexCopy { dim: d } => {
             need(ins, 3, "index_copy")?;
-            dim(*d, ins[0].rank(), "index_copy")?;
+            let (dest, index, src) = (&ins[0].shape, &ins[1].shape, &ins[2].shape);
+            let a = dim(*d, dest.len(), "index_copy")?;
             if ins[1].dtype.is_float() {
                 return Err("index_copy index must be integer".into());
             }
+            // ATen: one index per source slice along dim, and slices of the same shape.
+            if index.len() > 1
+                || src.len() != dest.len()
+                || numel(index) != Some(src[a])
+                || (0..dest.len()).any(|i| i != a && src[i] != dest[i])
+            {
+                return Err(format!(
+                    "index_copy along dim {d}: index {index:?} and source {src:?} do not fit destination {dest:?}"
+                ));
+            }
+            same_shape("index_copy output", out0(outs)?, dest)?;
         }
         IrOp::Conv2d {
             groups,
@@ -502,5 +529,54 @@ mod tests {
             .contains("past the end"));
         let p = IrOp::Permute { dims: vec![0, 0] };
         assert!(problem(p, &[&[2, 2]], &[&[2, 2]]).is_some());
+    }
+
+    #[test]
+    fn reduction_outputs_follow_dims_and_keepdim() {
+        let mean = |dims: Vec<i64>, keepdim| IrOp::Mean { dims, keepdim };
+        assert_eq!(
+            problem(mean(vec![-1], true), &[&[1, 2, 64]], &[&[1, 2, 1]]),
+            None
+        );
+        assert_eq!(
+            problem(mean(vec![1], false), &[&[3, 2, 4]], &[&[3, 4]]),
+            None
+        );
+        assert_eq!(problem(mean(vec![], true), &[&[3, 2]], &[&[1, 1]]), None);
+        assert_eq!(problem(mean(vec![0], true), &[&[]], &[&[]]), None);
+        // found by the IR fuzzer: a dim rewritten under an unchanged output
+        let e = problem(mean(vec![-2], true), &[&[1, 1, 64]], &[&[1, 1, 1]]).unwrap();
+        assert!(e.contains("expected [1, 1, 64]"), "{e}");
+        let sum = IrOp::Sum {
+            dims: vec![0, -2],
+            keepdim: false,
+        };
+        assert!(problem(sum, &[&[2, 3]], &[&[3]]).unwrap().contains("twice"));
+    }
+
+    #[test]
+    fn index_copy_source_must_fit_its_destination() {
+        let ty = |shape: &[usize], dtype| TensorType {
+            shape: shape.to_vec(),
+            dtype,
+        };
+        let check = |d: i64, dest: &[usize], index: &[usize], src: &[usize]| {
+            let ins = [
+                ty(dest, DType::F32),
+                ty(index, DType::I64),
+                ty(src, DType::F32),
+            ];
+            let out = ty(dest, DType::F32);
+            op_problem(
+                &IrOp::IndexCopy { dim: d },
+                &ins.iter().collect::<Vec<_>>(),
+                &[&out],
+            )
+        };
+        // the KV-cache update: one position along the sequence dim
+        assert_eq!(check(2, &[1, 2, 64, 16], &[1], &[1, 2, 1, 16]), Ok(()));
+        // found by the IR fuzzer: the same update with its dim rewritten to 0
+        assert!(check(0, &[1, 2, 64, 16], &[1], &[1, 2, 1, 16]).is_err());
+        assert!(check(2, &[1, 2, 64, 16], &[2], &[1, 2, 1, 16]).is_err());
     }
 }
