@@ -11,10 +11,11 @@ use crate::lt_call::LT_WORKSPACE;
 use crate::plan::Planner;
 use crate::state::CudaState;
 use cudarc::driver::result;
-use npu_compiler::program::{ConstValues, IoTensor, Kernel};
+use npu_compiler::program::{IoTensor, Kernel};
 use npu_compiler::Program;
-use npu_runtime::tensor::{cast_bytes, store_f32, store_i64};
-use npu_runtime::weights::{build_weight, check_sources, WeightSource};
+use npu_runtime::prepare::{self, io_bytes, IoPlan};
+use npu_runtime::tensor::cast_bytes;
+use npu_runtime::weights::WeightSource;
 use npu_runtime::{
     downcast_state, match_input, DeviceState, Executable, HostTensor, Result, RuntimeError,
     StepTime, StepTimes,
@@ -47,14 +48,6 @@ pub struct CudaExecutable {
     last_gpu_ms: f32,
 }
 
-fn invalid(msg: String) -> RuntimeError {
-    RuntimeError::InvalidProgram(msg)
-}
-
-fn io_bytes(t: &IoTensor) -> usize {
-    t.shape.iter().product::<usize>() * t.storage.size_bytes()
-}
-
 impl CudaExecutable {
     pub(crate) fn new(
         dev: Arc<Device>,
@@ -62,101 +55,38 @@ impl CudaExecutable {
         weights: &dyn WeightSource,
         cache: &mut HashMap<String, Weak<DevBuf>>,
     ) -> Result<CudaExecutable> {
-        program.validate().map_err(invalid)?;
+        let IoPlan {
+            donates,
+            state_input,
+        } = prepare::check(&program, weights, crate::launch::MAXR)?;
         dev.bind()?;
-        for (i, s) in program.steps.iter().enumerate() {
-            for b in s.inputs.iter().chain(&s.outputs) {
-                if b.shape.len() > crate::launch::MAXR {
-                    return Err(invalid(format!(
-                        "step {i} ({}): rank {} > 8",
-                        s.origin,
-                        b.shape.len()
-                    )));
-                }
-            }
-        }
-        let mut donates = vec![None; program.outputs.len()];
-        let mut state_input = vec![false; program.inputs.len()];
-        for (oi, o) in program.outputs.iter().enumerate() {
-            if let Some(i) = o.donates_input {
-                let inp = program.inputs.get(i as usize).ok_or_else(|| {
-                    invalid(format!(
-                        "output '{}' donates input {i}, which does not exist",
-                        o.name
-                    ))
-                })?;
-                if inp.shape != o.shape || inp.storage != o.storage {
-                    return Err(invalid(format!(
-                        "output '{}' donates input '{}' of another shape or dtype",
-                        o.name, inp.name
-                    )));
-                }
-                donates[oi] = Some(i as usize);
-                state_input[i as usize] = true;
-            }
-        }
-        let mut inputs = Vec::new();
-        for (t, &st) in program.inputs.iter().zip(&state_input) {
-            inputs.push(if st {
-                None
-            } else {
-                Some(DevBuf::zeroed(&dev, io_bytes(t), &t.name)?)
-            });
-        }
-        let mut outputs = Vec::new();
-        for (t, d) in program.outputs.iter().zip(&donates) {
-            outputs.push(if d.is_some() {
-                None
-            } else {
-                Some(DevBuf::zeroed(&dev, io_bytes(t), &t.name)?)
-            });
-        }
-        check_sources(&program, weights)?;
-        let source_name = weights.describe();
-        let mut built = Vec::with_capacity(program.weights.len());
-        for (i, w) in program.weights.iter().enumerate() {
-            let recipe = w
-                .recipe
-                .map(|s| Ok::<_, ()>(program.sources.get(s as usize).map(|t| t.key.clone())))
-                .map_err(|_| invalid(format!("weight slot '{}': bad recipe", w.name)))?;
-            let key = format!("{source_name}|{recipe:?}|{}|{:?}", w.dtype, w.shape);
-            if let Some(buf) = cache.get(&key).and_then(Weak::upgrade) {
-                built.push(buf);
-                continue;
-            }
-            let host = build_weight(&program, i, weights)?;
-            let buf = DevBuf::zeroed(&dev, host.bytes().len(), &w.name)?;
-            buf.upload(host.bytes(), &w.name)?;
-            let buf = Arc::new(buf);
-            cache.insert(key, Arc::downgrade(&buf));
-            built.push(buf);
-        }
-        let mut consts = Vec::new();
-        for c in &program.constants {
-            let n: usize = c.shape.iter().product();
-            let mut host = vec![0u8; n * c.dtype.size_bytes()];
-            match &c.values {
-                ConstValues::Float(v) if v.len() == n => {
-                    for (i, &x) in v.iter().enumerate() {
-                        store_f32(&mut host, c.dtype, i, x);
-                    }
-                }
-                ConstValues::Int(v) if v.len() == n => {
-                    for (i, &x) in v.iter().enumerate() {
-                        store_i64(&mut host, c.dtype, i, x);
-                    }
-                }
-                _ => {
-                    return Err(invalid(format!(
-                        "constant '{}' {:?} carries the wrong number of values",
-                        c.name, c.shape
-                    )))
-                }
-            }
-            let buf = DevBuf::zeroed(&dev, host.len(), &c.name)?;
-            buf.upload(&host, &c.name)?;
-            consts.push(buf);
-        }
+        let io_buf =
+            |t: &IoTensor| -> Result<DevBuf> { Ok(DevBuf::zeroed(&dev, io_bytes(t), &t.name)?) };
+        let inputs = program
+            .inputs
+            .iter()
+            .zip(&state_input)
+            .map(|(t, &st)| (!st).then(|| io_buf(t)).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = program
+            .outputs
+            .iter()
+            .zip(&donates)
+            .map(|(t, d)| d.is_none().then(|| io_buf(t)).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        let upload = |name: &str, host: &[u8]| -> Result<DevBuf> {
+            let buf = DevBuf::zeroed(&dev, host.len(), name)?;
+            buf.upload(host, name)?;
+            Ok(buf)
+        };
+        let built = prepare::weights(&program, weights, cache, |name, host| {
+            upload(name, host.bytes())
+        })?;
+        let consts = program
+            .constants
+            .iter()
+            .map(|c| upload(&c.name, &prepare::constant_bytes(c)?))
+            .collect::<Result<Vec<_>>>()?;
         let arena = DevBuf::zeroed(&dev, program.arena_bytes as usize, "the arena")?;
         // Generated elementwise kernels: one module for the whole program.
         let mut src = crate::elementwise::common_source();
@@ -495,8 +425,7 @@ impl Executable for CudaExecutable {
             if let Some(buf) = &self.outputs[oi] {
                 let mut raw = vec![0u8; io_bytes(o)];
                 buf.download(&mut raw, &o.name)?;
-                let t = HostTensor::new(o.storage, o.shape.clone(), raw)?.cast(o.dtype)?;
-                out.push((o.name.clone(), t));
+                out.push((o.name.clone(), prepare::output_tensor(o, &raw)?));
             }
         }
         Ok(out)

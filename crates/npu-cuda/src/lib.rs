@@ -61,7 +61,6 @@ impl CudaBackend {
         weights: &dyn WeightSource,
     ) -> Result<CudaExecutable> {
         let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.retain(|_, w| w.strong_count() > 0);
         CudaExecutable::new(self.dev.clone(), program.clone(), weights, &mut cache)
     }
 }

@@ -8,6 +8,7 @@ pub mod dag;
 mod error;
 pub mod fallback;
 pub mod limits;
+pub mod prepare;
 pub mod safetensors_file;
 pub mod tensor;
 pub mod weights;

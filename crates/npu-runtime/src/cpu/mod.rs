@@ -22,9 +22,10 @@ use crate::backend::{
     downcast_state, match_input, Backend, DeviceState, Executable, StepTime, StepTimes,
 };
 use crate::error::{Result, RuntimeError};
-use crate::tensor::{cast_bytes, store_f32, store_i64, HostTensor};
-use crate::weights::{build_weight, check_sources, WeightSource};
-use npu_compiler::program::{ConstValues, IoTensor, Kernel, Slot, Step};
+use crate::prepare::{self, io_bytes, IoPlan};
+use crate::tensor::{cast_bytes, HostTensor};
+use crate::weights::WeightSource;
+use npu_compiler::program::{IoTensor, Kernel, Slot, Step};
 use npu_compiler::Program;
 use npu_ir::DType;
 use std::any::Any;
@@ -181,14 +182,6 @@ pub struct CpuExecutable {
     provided: Vec<bool>,
 }
 
-fn invalid(msg: String) -> RuntimeError {
-    RuntimeError::InvalidProgram(msg)
-}
-
-fn io_bytes(t: &IoTensor) -> usize {
-    t.shape.iter().product::<usize>() * t.storage.size_bytes()
-}
-
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"
@@ -200,7 +193,6 @@ impl Backend for CpuBackend {
         weights: &dyn WeightSource,
     ) -> Result<Box<dyn Executable>> {
         let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.retain(|_, w| w.strong_count() > 0);
         Ok(Box::new(CpuExecutable::with_cache(
             program.clone(),
             weights,
@@ -219,46 +211,10 @@ impl CpuExecutable {
         weights: &dyn WeightSource,
         cache: &mut HashMap<String, Weak<Buf>>,
     ) -> Result<CpuExecutable> {
-        program.validate().map_err(invalid)?;
-        for (i, s) in program.steps.iter().enumerate() {
-            for b in s.inputs.iter().chain(&s.outputs) {
-                if b.shape.len() > MAX_RANK {
-                    return Err(invalid(format!(
-                        "step {i} ({}): rank {} > {MAX_RANK}",
-                        s.origin,
-                        b.shape.len()
-                    )));
-                }
-                if (b.byte_offset as usize).rem_euclid(b.dtype.size_bytes()) != 0 {
-                    return Err(invalid(format!(
-                        "step {i} ({}): byte offset {} is not aligned to {}",
-                        s.origin, b.byte_offset, b.dtype
-                    )));
-                }
-            }
-        }
-        let mut donates = vec![None; program.outputs.len()];
-        let mut state_input = vec![false; program.inputs.len()];
-        for (oi, o) in program.outputs.iter().enumerate() {
-            if let Some(i) = o.donates_input {
-                let inp = program.inputs.get(i as usize).ok_or_else(|| {
-                    invalid(format!(
-                        "output '{}' donates input {i}, which does not exist",
-                        o.name
-                    ))
-                })?;
-                if inp.shape != o.shape || inp.storage != o.storage {
-                    return Err(invalid(format!(
-                        "output '{}' {}{:?} donates input '{}' {}{:?} of another shape or dtype",
-                        o.name, o.storage, o.shape, inp.name, inp.storage, inp.shape
-                    )));
-                }
-                donates[oi] = Some(i as usize);
-                state_input[i as usize] = true;
-            }
-        }
-        // Sizes first: nothing is allocated for a program that cannot fit.
-        crate::limits::check_program(&program)?;
+        let IoPlan {
+            donates,
+            state_input,
+        } = prepare::check(&program, weights, MAX_RANK)?;
         let io_buf = |t: &IoTensor| Buf::try_zeros(io_bytes(t), &format!("tensor '{}'", t.name));
         let inputs = program
             .inputs
@@ -272,51 +228,14 @@ impl CpuExecutable {
             .zip(&donates)
             .map(|(t, d)| d.is_none().then(|| io_buf(t)).transpose())
             .collect::<Result<_>>()?;
-        check_sources(&program, weights)?;
-        let source_name = weights.describe();
-        let mut built = Vec::with_capacity(program.weights.len());
-        for (i, w) in program.weights.iter().enumerate() {
-            let recipe = w
-                .recipe
-                .map(|s| Ok::<_, ()>(program.sources.get(s as usize).map(|t| t.key.clone())))
-                .map_err(|_| invalid(format!("weight slot '{}': bad recipe", w.name)))?;
-            let key = format!("{source_name}|{recipe:?}|{}|{:?}", w.dtype, w.shape);
-            if let Some(buf) = cache.get(&key).and_then(Weak::upgrade) {
-                built.push(buf);
-                continue;
-            }
-            let buf = Arc::new(Buf::from_vec(
-                build_weight(&program, i, weights)?.into_bytes(),
-            ));
-            cache.insert(key, Arc::downgrade(&buf));
-            built.push(buf);
-        }
-        let weights = built;
-        let mut consts = Vec::new();
-        for c in &program.constants {
-            let n: usize = c.shape.iter().product();
-            let mut buf =
-                Buf::try_zeros(n * c.dtype.size_bytes(), &format!("constant '{}'", c.name))?;
-            match &c.values {
-                ConstValues::Float(v) if v.len() == n => {
-                    for (i, &x) in v.iter().enumerate() {
-                        store_f32(buf.bytes_mut(), c.dtype, i, x);
-                    }
-                }
-                ConstValues::Int(v) if v.len() == n => {
-                    for (i, &x) in v.iter().enumerate() {
-                        store_i64(buf.bytes_mut(), c.dtype, i, x);
-                    }
-                }
-                _ => {
-                    return Err(invalid(format!(
-                        "constant '{}' {:?} carries the wrong number of values",
-                        c.name, c.shape
-                    )))
-                }
-            }
-            consts.push(buf);
-        }
+        let weights = prepare::weights(&program, weights, cache, |_, host| {
+            Ok(Buf::from_vec(host.into_bytes()))
+        })?;
+        let consts = program
+            .constants
+            .iter()
+            .map(|c| prepare::constant_bytes(c).map(Buf::from_vec))
+            .collect::<Result<_>>()?;
         let arena = Buf::try_zeros(
             usize::try_from(program.arena_bytes).unwrap_or(usize::MAX),
             "the arena",
@@ -481,14 +400,7 @@ impl Executable for CpuExecutable {
         let mut result = Vec::new();
         for (oi, o) in self.program.outputs.iter().enumerate() {
             if let Some(buf) = &self.outputs[oi] {
-                let mut t = HostTensor::zeros(o.dtype, o.shape.clone());
-                cast_bytes(buf.bytes(), o.storage, t.bytes_mut(), o.dtype).map_err(|e| {
-                    RuntimeError::Tensor {
-                        name: o.name.clone(),
-                        message: e.to_string(),
-                    }
-                })?;
-                result.push((o.name.clone(), t));
+                result.push((o.name.clone(), prepare::output_tensor(o, buf.bytes())?));
             }
         }
         Ok(result)
