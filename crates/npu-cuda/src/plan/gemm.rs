@@ -176,12 +176,8 @@ impl Planner<'_> {
             });
         }
         if m * n * k >= 32 * 32 * 32 {
-            // No activation and at most a plain bias: cuBLASLt writes the output itself (a
-            // residual is added after rounding the product, as PyTorch's two ops do, and
-            // cuBLASLt's ReLU drops NaN, so those keep the epilogue kernel).
-            let plain_bias = bias_mode == 0 || (bias_mode == 1 && beta == 1.0);
-            if act < 0 && plain_bias && biasn.is_none_or(|b| b.td.dt == o.td.dt) {
-                let direct = plan_lt(
+            let lt = |dest| {
+                plan_lt(
                     self.dev,
                     &an,
                     &bn,
@@ -192,36 +188,30 @@ impl Planner<'_> {
                     k as i64,
                     batches as i64,
                     alpha,
-                    LtDest::Out {
-                        out: o,
-                        dtype: out_dtype,
-                        bias: biasn,
-                    },
+                    dest,
                 )
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string())
+            };
+            // No activation and at most a plain bias: cuBLASLt writes the output itself (a
+            // residual is added after rounding the product, as PyTorch's two ops do, and
+            // cuBLASLt's ReLU drops NaN, so those keep the epilogue kernel).
+            let plain_bias = bias_mode == 0 || (bias_mode == 1 && beta == 1.0);
+            if act < 0 && plain_bias && biasn.is_none_or(|b| b.td.dt == o.td.dt) {
+                let direct = lt(LtDest::Out {
+                    out: o,
+                    dtype: out_dtype,
+                    bias: biasn,
+                })?;
                 if let Some(call) = direct {
                     return Ok(vec![Launch::Lt(Box::new(call))].into());
                 }
             }
             let d_off = SCRATCH0;
-            let lt = plan_lt(
-                self.dev,
-                &an,
-                &bn,
-                a_dtype,
-                b_dtype,
-                m as i64,
-                n as i64,
-                k as i64,
-                batches as i64,
-                alpha,
-                LtDest::Scratch {
-                    off: d_off,
-                    ld: n as i64,
-                    batch: (m * n) as i64,
-                },
-            )
-            .map_err(|e| e.to_string())?;
+            let lt = lt(LtDest::Scratch {
+                off: d_off,
+                ld: n as i64,
+                batch: (m * n) as i64,
+            })?;
             if let Some(call) = lt {
                 let total = out_numel;
                 let epi = epilogue(
