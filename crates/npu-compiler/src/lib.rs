@@ -3,18 +3,18 @@
 //! Pipeline: decompose -> canonicalize -> BN fold -> check(target) -> fuse -> layout -> lower
 //! (views, memory plan). Each stage is a module under [`passes`], [`fuse`] or [`lower`].
 
-pub mod contract;
 pub mod describe;
 mod error;
-pub mod expr;
 pub mod fuse;
 pub mod graph;
 pub mod lower;
-pub mod npubin;
 pub mod partition;
 pub mod passes;
-pub mod program;
 pub mod target;
+
+// The program contract lives below the compiler (backends load programs without it); these
+// paths keep `npu_compiler::program::...` and the compiler's own `crate::program` working.
+pub use npu_program::{contract, expr, npubin, program};
 
 pub use error::{CompileError, Violation};
 pub use graph::Module;

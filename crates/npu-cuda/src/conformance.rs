@@ -3,12 +3,12 @@
 //! 1, long attention contexts), run on both backends and compared. Used by the GPU test and
 //! by the `npu-cuda-check` binary.
 
-use npu_compiler::expr::{Expr, Instr};
-use npu_compiler::program::{
+use npu_ir::{BinaryOp, DType, TernaryOp, UnaryOp};
+use npu_program::expr::{Expr, Instr};
+use npu_program::program::{
     dense_strides, Binding, IoTensor, Kernel, PoolKind, ReduceOp, Slot, Step,
 };
-use npu_compiler::Program;
-use npu_ir::{BinaryOp, DType, TernaryOp, UnaryOp};
+use npu_program::Program;
 
 /// Special values every pointwise op meets in the NaN/Inf cases.
 const SPECIAL: [f32; 16] = [

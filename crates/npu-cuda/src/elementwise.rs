@@ -5,10 +5,10 @@
 //! GEMM/conv epilogue's `apply_unary` switch is generated from the same rows.
 
 use crate::launch::dtype_code;
-use npu_compiler::expr::{Expr, Instr};
-use npu_compiler::program::Binding;
 use npu_ir::pointwise::cuda_f32;
 use npu_ir::{TernaryOp, UnaryOp};
+use npu_program::expr::{Expr, Instr};
+use npu_program::program::Binding;
 use std::fmt::Write;
 
 /// The shared device header: `kernels/common.cuh` plus `apply_unary(code, x)`, the
@@ -150,14 +150,14 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use npu_compiler::program::Slot;
     use npu_ir::{BinaryOp, DType};
+    use npu_program::program::Slot;
 
     fn dense(shape: Vec<usize>, dtype: DType) -> Binding {
         Binding {
             slot: Slot::Arena,
             byte_offset: 0,
-            strides: npu_compiler::program::dense_strides(&shape),
+            strides: npu_program::program::dense_strides(&shape),
             shape,
             dtype,
         }

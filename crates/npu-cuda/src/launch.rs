@@ -5,8 +5,8 @@
 use crate::device::Func;
 use crate::loc::{Bases, Loc};
 use crate::lt_call::LtCall;
-use npu_compiler::program::{Binding, Slot};
 use npu_ir::DType;
+use npu_program::program::{Binding, Slot};
 use std::ffi::c_void;
 
 pub(crate) const MAXR: usize = 8;
@@ -73,7 +73,7 @@ impl TdArg {
             slot: Slot::Arena,
             byte_offset: 0,
             shape: shape.to_vec(),
-            strides: npu_compiler::program::dense_strides(shape),
+            strides: npu_program::program::dense_strides(shape),
             dtype,
         };
         TdArg {

@@ -24,7 +24,7 @@ pub use executable::{CudaExecutable, DevicePtr};
 pub use state::CudaState;
 
 use device::{DevBuf, Device};
-use npu_compiler::Program;
+use npu_program::Program;
 use npu_runtime::{Backend, Executable, Result, WeightSource};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

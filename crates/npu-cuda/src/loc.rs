@@ -1,7 +1,7 @@
 //! Symbolic device addresses: a planned launch names a slot and byte offset, resolved against
 //! the run's base pointers just before launch, so plans outlive any one allocation.
 
-use npu_compiler::program::Slot;
+use npu_program::program::Slot;
 
 /// Where a device address points.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -84,9 +84,9 @@ fn compile(src: &str, arch: (i32, i32), what: &str) -> CudaResult<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use npu_compiler::expr::{Expr, Instr};
-    use npu_compiler::program::{Binding, Slot};
     use npu_ir::{BinaryOp, DType, UnaryOp};
+    use npu_program::expr::{Expr, Instr};
+    use npu_program::program::{Binding, Slot};
 
     fn nvrtc_present() -> bool {
         // SAFETY: only probes whether the library can be opened.

@@ -2,8 +2,8 @@
 //! that are given the same state.
 
 use crate::device::{DevBuf, Device};
-use npu_compiler::program::IoTensor;
 use npu_ir::DType;
+use npu_program::program::IoTensor;
 use npu_runtime::tensor::cast_bytes;
 use npu_runtime::{DeviceState, HostTensor, Result, RuntimeError};
 use std::any::Any;

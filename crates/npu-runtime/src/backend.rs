@@ -10,8 +10,8 @@
 use crate::error::{Result, RuntimeError};
 use crate::tensor::HostTensor;
 use crate::weights::WeightSource;
-use npu_compiler::program::IoTensor;
-use npu_compiler::Program;
+use npu_program::program::IoTensor;
+use npu_program::Program;
 use std::any::Any;
 
 /// Named device buffers that persist between runs (the KV cache).

@@ -5,8 +5,8 @@
 //! ([`try_zeroed`]), so an allocator refusal is an error too.
 
 use crate::error::{Result, RuntimeError};
-use npu_compiler::Program;
 use npu_ir::{DType, Graph};
+use npu_program::Program;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// 0 = not set: the physical memory (or no limit where it is unknown).

@@ -10,8 +10,8 @@
 use crate::error::{Result, RuntimeError};
 use crate::tensor::{cast_bytes, store_f32, store_i64, HostTensor};
 use crate::weights::{build_weight, check_sources, WeightSource};
-use npu_compiler::program::{ConstSlot, ConstValues, IoTensor};
-use npu_compiler::Program;
+use npu_program::program::{ConstSlot, ConstValues, IoTensor};
+use npu_program::Program;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 

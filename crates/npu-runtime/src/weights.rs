@@ -4,9 +4,9 @@
 use crate::error::{Result, RuntimeError};
 use crate::safetensors_file::{index_safetensors, SafetensorIndex};
 use crate::tensor::{cast_bytes, load_f64, store_f64, HostTensor};
-use npu_compiler::program::{Recipe, SourceTensor, WeightSlot};
-use npu_compiler::Program;
 use npu_ir::DType;
+use npu_program::program::{Recipe, SourceTensor, WeightSlot};
+use npu_program::Program;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -336,7 +336,7 @@ fn pad_into(
             w.shape
         ));
     }
-    let dst_strides = npu_compiler::program::dense_strides(&dst_shape);
+    let dst_strides = npu_program::program::dense_strides(&dst_shape);
     let mut idx = vec![0usize; src_shape.len()];
     for (i, &v) in vals.iter().enumerate().take(numel(&src_shape)) {
         let mut rem = i;

@@ -11,10 +11,10 @@
 //! tokens) and writes every step's logits; `decode-at` times one decode step at each cache
 //! position (mask admitting slots 0..=p).
 
-use npu_compiler::npubin;
-use npu_compiler::Program;
 use npu_cuda::{CudaBackend, CudaExecutable};
 use npu_ir::DType;
+use npu_program::npubin;
+use npu_program::Program;
 use npu_runtime::{
     read_safetensors, write_safetensors, Executable, HostTensor, MemoryWeights, SafetensorsFile,
     WeightSource,

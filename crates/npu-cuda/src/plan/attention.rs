@@ -6,8 +6,8 @@ use super::{align, kl, Planner, StepPlan, SCRATCH0};
 use crate::gemm::{plan_lt, LtDest};
 use crate::launch::{grid_for, Arg, Launch, TdArg};
 use crate::loc::Loc;
-use npu_compiler::program::Binding;
 use npu_ir::DType;
+use npu_program::program::Binding;
 
 /// The longest context `k_attn_dec` takes (see `attention`): measured faster at 2048 keys,
 /// slower at 32768; where they cross is not measured.

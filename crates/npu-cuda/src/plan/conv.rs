@@ -6,8 +6,8 @@ use crate::gemm::{plan_lt, LtDest};
 use crate::launch::{dtype_code, grid_for, Arg, Launch, TdArg};
 use crate::loc::Loc;
 use crate::lt_call::LtCall;
-use npu_compiler::program::{Binding, ConvDims};
 use npu_ir::DType;
+use npu_program::program::{Binding, ConvDims};
 
 /// Grouped convolutions whose group reduces over at most this many taps (cg x kh x kw) run as
 /// one direct kernel; larger groups amortize im2col + a tensor-core GEMM per group.

@@ -4,7 +4,7 @@
 use super::{kl, Planner};
 use crate::launch::{grid_for, Arg, Launch, TdArg};
 use crate::loc::Loc;
-use npu_compiler::program::Binding;
+use npu_program::program::Binding;
 
 fn td(b: &Binding) -> Arg {
     Arg::Td(TdArg::of(b))

@@ -5,7 +5,7 @@ use super::{align, kl, Planner, StepPlan, SCRATCH0};
 use crate::gemm::{epilogue, plan_lt, LtDest};
 use crate::launch::{Arg, Launch, TdArg};
 use crate::loc::Loc;
-use npu_compiler::program::Binding;
+use npu_program::program::Binding;
 
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]

@@ -18,7 +18,7 @@ use crate::device::{Device, Func};
 use crate::launch::{unary_code, Arg, KernelLaunch, Launch};
 use crate::lt_call::LT_WORKSPACE;
 use conv::ConvP;
-use npu_compiler::program::{Binding, Kernel, Step};
+use npu_program::program::{Binding, Kernel, Step};
 use std::collections::HashMap;
 
 /// What one step needs: its launches and the scratch bytes past the cuBLASLt workspace.

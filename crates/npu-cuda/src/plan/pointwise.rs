@@ -3,8 +3,8 @@
 
 use super::{kl, Planner};
 use crate::launch::{grid_for, Arg, Launch, TdArg};
-use npu_compiler::expr::Expr;
-use npu_compiler::program::Binding;
+use npu_program::expr::Expr;
+use npu_program::program::Binding;
 
 fn td(b: &Binding) -> Arg {
     Arg::Td(TdArg::of(b))

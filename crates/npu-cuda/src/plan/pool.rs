@@ -2,7 +2,7 @@
 
 use super::{kl, Planner};
 use crate::launch::{grid_for, Arg, Launch, TdArg};
-use npu_compiler::program::{Binding, PoolKind};
+use npu_program::program::{Binding, PoolKind};
 
 impl Planner<'_> {
     /// `window` is [kernel, stride, padding, dilation], each [h, w].

@@ -3,7 +3,7 @@
 
 use super::{kl, rows_last, Planner};
 use crate::launch::{Arg, Launch, TdArg};
-use npu_compiler::program::{Binding, ReduceOp};
+use npu_program::program::{Binding, ReduceOp};
 
 fn td(b: &Binding) -> Arg {
     Arg::Td(TdArg::of(b))

@@ -5,9 +5,9 @@
 use super::conv_grouped;
 use super::gemm::{epilogue, matmul, Epilogue, Mat};
 use super::view::{with_scratch, SendPtr, View};
-use npu_compiler::expr::{relu, unary};
-use npu_compiler::program::ConvDims;
 use npu_ir::UnaryOp;
+use npu_program::expr::{relu, unary};
+use npu_program::program::ConvDims;
 use rayon::prelude::*;
 
 /// Output channels per weight conversion tile.

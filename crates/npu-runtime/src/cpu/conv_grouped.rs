@@ -7,9 +7,9 @@
 
 use super::conv::ConvParams;
 use super::view::{with_scratch, View};
-use npu_compiler::expr::{relu, unary};
-use npu_compiler::program::ConvDims;
 use npu_ir::UnaryOp;
+use npu_program::expr::{relu, unary};
+use npu_program::program::ConvDims;
 use rayon::prelude::*;
 
 /// Groups with at most this many input channels run here; wider groups amortize im2col and

@@ -3,8 +3,8 @@
 //! (`eval_block`); SiLU and exp use the vectorizable [`fast_exp`].
 
 use super::view::{chunks_for, offset_in, with_scratch, View};
-use npu_compiler::expr::{clamp, round_to, Expr, Instr};
 use npu_ir::UnaryOp;
+use npu_program::expr::{clamp, round_to, Expr, Instr};
 use rayon::prelude::*;
 
 const BLOCK: usize = 256;

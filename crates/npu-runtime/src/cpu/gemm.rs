@@ -8,8 +8,8 @@ use super::amx;
 use super::dot::{dot_bf16, dot_f16, dot_f32};
 use super::view::{offset_in, with_scratch, SendPtr, View};
 use half::f16;
-use npu_compiler::expr::{round_to, unary};
 use npu_ir::{DType, UnaryOp};
+use npu_program::expr::{round_to, unary};
 use rayon::prelude::*;
 
 /// A dense or strided f32 matrix for the `gemm` crate.

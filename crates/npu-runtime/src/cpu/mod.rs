@@ -25,9 +25,9 @@ use crate::error::{Result, RuntimeError};
 use crate::prepare::{self, io_bytes, IoPlan};
 use crate::tensor::{cast_bytes, HostTensor};
 use crate::weights::WeightSource;
-use npu_compiler::program::{IoTensor, Kernel, Slot, Step};
-use npu_compiler::Program;
 use npu_ir::DType;
+use npu_program::program::{IoTensor, Kernel, Slot, Step};
+use npu_program::Program;
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -436,7 +436,7 @@ fn run_kernel(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String
             match (norm, nw) {
                 (Some(eps), Some(nw)) => {
                     // the normalized rows, in a's dtype, then the GEMM over them
-                    let strides = npu_compiler::program::dense_strides(a.shape);
+                    let strides = npu_program::program::dense_strides(a.shape);
                     let mut buf = vec![0u8; a.numel() * a.dtype.size_bytes()];
                     let normed = View {
                         ptr: buf.as_mut_ptr(),

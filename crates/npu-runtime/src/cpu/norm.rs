@@ -1,8 +1,8 @@
 //! RMSNorm, LayerNorm and trailing-dim reductions (f32 math, f64 sums).
 
 use super::view::{offset_in, with_scratch, View};
-use npu_compiler::expr::round_to;
-use npu_compiler::program::ReduceOp;
+use npu_program::expr::round_to;
+use npu_program::program::ReduceOp;
 use rayon::prelude::*;
 
 /// The leading dims and the normalized (last) dim of x, whose rank the contract makes >= 1.

@@ -1,7 +1,7 @@
 //! NCHW max/average pooling and adaptive average pooling (ATen window semantics).
 
 use super::view::{with_scratch, View};
-use npu_compiler::program::PoolKind;
+use npu_program::program::PoolKind;
 use rayon::prelude::*;
 
 /// The taps `i` of a window starting at `start` (dilation `d`, `k` taps) that land in

@@ -24,7 +24,7 @@ pub struct View<'a> {
 unsafe impl Send for View<'_> {}
 unsafe impl Sync for View<'_> {}
 
-impl npu_compiler::contract::Operand for View<'_> {
+impl npu_program::contract::Operand for View<'_> {
     fn shape(&self) -> &[usize] {
         self.shape
     }
