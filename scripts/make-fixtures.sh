@@ -24,7 +24,7 @@ export_model bert-tiny      bert-tiny --seq-len 16 --seed 0
 # decoder LM called as model(input_ids): the mask is built in the graph (aten.diff, ...)
 export_model llama-tiny     llama-tiny --seq-len 12 --seed 0
 
-# per-op reference cases for the CPU fallback interpreter (crates/npu-runtime/tests/fallback.rs)
+# per-op reference cases for the CPU fallback interpreter (crates/npu-dag/tests/fallback.rs)
 export_model fallback       fallback-refs --seed 0
 
 # IR only (meta device, no weights)

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use npu_compiler::partition::{place_for_target, Device};
 use npu_compiler::Target;
-use npu_runtime::dag::{unrunnable, Unrunnable};
+use npu_dag::dag::{unrunnable, Unrunnable};
 use std::path::Path;
 use std::process::ExitCode;
 

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use npu_compiler::partition::plan_for_target;
 use npu_compiler::Target;
-use npu_runtime::dag::unrunnable;
+use npu_dag::dag::unrunnable;
 use std::path::Path;
 use std::process::ExitCode;
 

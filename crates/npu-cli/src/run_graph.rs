@@ -6,8 +6,8 @@ use crate::run::{find_input, open_weights, report, RunArgs};
 use anyhow::{bail, Context, Result};
 use npu_compiler::partition::{plan_for_target, Device};
 use npu_compiler::{CompileOptions, Target};
+use npu_dag::dag::DagExecutor;
 use npu_ir::DType;
-use npu_runtime::dag::DagExecutor;
 use npu_runtime::{read_safetensors, safetensors_bytes, HostTensor};
 use std::time::Instant;
 

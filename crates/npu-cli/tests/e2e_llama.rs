@@ -2,6 +2,7 @@
 //! graph builds the causal mask with composite ops (`aten.diff`), which the decomposition
 //! pass rewrites before partitioning. `npu run MODEL.ir.json` must match PyTorch.
 
+use npu_runtime::compare::pearson;
 use npu_runtime::read_safetensors;
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,20 +14,6 @@ fn fixture(p: &str) -> String {
         .to_str()
         .unwrap()
         .to_string()
-}
-
-fn pearson(a: &[f32], b: &[f32]) -> f64 {
-    let n = a.len() as f64;
-    let ma = a.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let mb = b.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x) - ma, f64::from(y) - mb);
-        sab += x * y;
-        saa += x * x;
-        sbb += y * y;
-    }
-    sab / (saa * sbb).sqrt()
 }
 
 /// Argmax of each row of `v` (rows of `n`).

@@ -9,7 +9,7 @@ use crate::convert::{outputs_to_py, to_host, to_host_all, to_numpy, NamedArray};
 use crate::error::{guard, guard_nogil, Fail, Res};
 use npu_compiler::partition::{self};
 use npu_compiler::{CompileOptions, Program};
-use npu_runtime::dag::DagExecutor;
+use npu_dag::dag::DagExecutor;
 use npu_runtime::weights::TensorRef;
 use npu_runtime::{
     Backend, CpuBackend, DeviceState, Executable, HostTensor, MemoryWeights, SafetensorsFile,
@@ -516,11 +516,7 @@ fn run_fallback<'py>(
     let w = weights.inner.clone();
     let outs = guard_nogil(py, move || {
         let g = npu_ir::parse_str(&ir_json)?;
-        Ok(npu_runtime::fallback::run_graph(
-            &g,
-            &refs(&host),
-            w.as_ref(),
-        )?)
+        Ok(npu_dag::fallback::run_graph(&g, &refs(&host), w.as_ref())?)
     })?;
     outputs_to_py(py, outs)
 }

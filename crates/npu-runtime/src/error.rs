@@ -90,9 +90,10 @@ pub enum RuntimeError {
     },
     #[error("{count} node(s) can run neither on the target nor on the CPU fallback: {nodes}")]
     Unrunnable { count: usize, nodes: String },
-    /// Decomposing composite ops before interpretation failed.
+    /// Compiling or decomposing a partition failed (the DAG executor and the fallback
+    /// compile; this crate only carries the error).
     #[error(transparent)]
-    Compile(#[from] npu_compiler::CompileError),
+    Compile(Box<dyn std::error::Error + Send + Sync>),
     #[error("partition {partition} ({device}): {message}")]
     Partition {
         partition: usize,

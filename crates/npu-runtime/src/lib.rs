@@ -3,10 +3,9 @@
 //! state, and the CPU backend (the reference implementation of every kernel kind).
 
 pub mod backend;
+pub mod compare;
 pub mod cpu;
-pub mod dag;
 mod error;
-pub mod fallback;
 pub mod limits;
 pub mod prepare;
 pub mod safetensors_file;

@@ -7,8 +7,7 @@ use npu_runtime::{read_safetensors, Backend, CpuBackend, HostTensor, Safetensors
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-mod common;
-use common::{argmax, pearson, top5};
+use npu_runtime::compare::{argmax, pearson, top5};
 
 fn fixture(dir: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -7,8 +7,7 @@ use npu_compiler::{target, CompileOptions};
 use npu_runtime::{read_safetensors, Backend, CpuBackend, HostTensor, SafetensorsFile};
 use std::path::PathBuf;
 
-mod common;
-use common::{pearson, top5};
+use npu_runtime::compare::{pearson, top5};
 
 #[test]
 fn qwen_export_logits_track_pytorch() {

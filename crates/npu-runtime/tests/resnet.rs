@@ -10,8 +10,7 @@ use npu_ir::DType;
 use npu_runtime::{read_safetensors, Backend, CpuBackend, HostTensor, SafetensorsFile};
 use std::path::PathBuf;
 
-mod common;
-use common::{argmax, pearson, top5};
+use npu_runtime::compare::{argmax, pearson, top5};
 
 #[test]
 fn resnets_match_pytorch_f16_and_f32_batch_1_and_4() {

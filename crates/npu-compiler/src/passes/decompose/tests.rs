@@ -1,5 +1,5 @@
 //! Graph before/after for each rule. Numbers are checked against PyTorch by the
-//! `decomp_*` fixtures (crates/npu-runtime/tests/fallback.rs).
+//! `decomp_*` fixtures (crates/npu-dag/tests/fallback.rs).
 
 use super::*;
 use npu_ir::{DType, Moment, Padding1d, TensorType, ValueId, ValueKind};
