@@ -200,9 +200,9 @@ pub fn conv2d(
                                 match bv {
                                     Some((b, bs)) => {
                                         let bb = View { strides: &bs, ..b };
-                                        epilogue(cbuf, og, pix, &epi, Some((&bb, 0)), &ov, 0)
+                                        epilogue(Some(cbuf), og, pix, &epi, Some((&bb, 0)), &ov, 0)
                                     }
-                                    None => epilogue(cbuf, og, pix, &epi, None, &ov, 0),
+                                    None => epilogue(Some(cbuf), og, pix, &epi, None, &ov, 0),
                                 }
                             } else {
                                 for oi in 0..og {

@@ -9,7 +9,7 @@ use super::dot::{dot_bf16, dot_f16, dot_f32};
 use super::view::{offset_in, with_scratch, SendPtr, View};
 use half::f16;
 use npu_ir::{DType, UnaryOp};
-use npu_program::expr::{round_to, unary};
+use npu_program::expr::round_to;
 use rayon::prelude::*;
 
 /// A dense or strided f32 matrix for the `gemm` crate.
@@ -97,27 +97,12 @@ pub struct Epilogue {
     pub residual: bool,
 }
 
-impl Epilogue {
-    /// `v` (the product) with the bias value `bias` (when bound) for an output of `dtype`.
-    #[inline]
-    pub fn apply(&self, mut v: f32, bias: Option<f32>, dtype: DType) -> f32 {
-        if let Some(x) = bias {
-            if self.residual {
-                v = round_to(dtype, v);
-            }
-            v += self.beta * x;
-        }
-        if let Some(a) = self.act {
-            v = unary(a, v);
-        }
-        v
-    }
-}
-
-/// Applies the epilogue, rounds and stores c [M, N] (dense) into `out`.
+/// Applies the epilogue, rounds and stores c [M, N] (dense) into `out`; `c` = None reads the
+/// product from `out` itself (a GEMM that wrote its f32 result in place). One row per task,
+/// the activation over the whole row at once (its dispatch hoisted out of the element loop).
 #[allow(clippy::too_many_arguments)]
 pub fn epilogue(
-    c: &[f32],
+    c: Option<&[f32]>,
     m: usize,
     n: usize,
     epi: &Epilogue,
@@ -130,20 +115,21 @@ pub fn epilogue(
     (0..m).into_par_iter().for_each(|i| {
         with_scratch(0, 2 * n, |buf| {
             let (row, bias_row) = buf.split_at_mut(n);
-            row.copy_from_slice(&c[i * n..(i + 1) * n]);
-            match bias {
-                Some((b, boff)) => {
-                    b.gather(boff + i * tail_stride(b, 2), tail_stride(b, 1), bias_row);
-                    for (v, x) in row.iter_mut().zip(bias_row.iter()) {
-                        *v = epi.apply(*v, Some(*x), out.dtype);
+            match c {
+                Some(c) => row.copy_from_slice(&c[i * n..(i + 1) * n]),
+                None => out.gather(out_off + i * osm, osn, row),
+            }
+            if let Some((b, boff)) = bias {
+                b.gather(boff + i * tail_stride(b, 2), tail_stride(b, 1), bias_row);
+                for (v, x) in row.iter_mut().zip(bias_row.iter()) {
+                    if epi.residual {
+                        *v = round_to(out.dtype, *v);
                     }
+                    *v += epi.beta * x;
                 }
-                None if epi.act.is_some() => {
-                    for v in row.iter_mut() {
-                        *v = epi.apply(*v, None, out.dtype);
-                    }
-                }
-                None => {}
+            }
+            if let Some(a) = epi.act {
+                a.eval_block(row, []);
             }
             out.scatter(out_off + i * osm, osn, row);
         });
@@ -201,7 +187,7 @@ pub fn gemm_kernel(
                         );
                     }
                 });
-                epilogue(c, m, n, epi, bias_v, out, ooff);
+                epilogue(Some(c), m, n, epi, bias_v, out, ooff);
             });
             continue;
         }
@@ -302,21 +288,11 @@ pub fn gemm_kernel(
                         }
                     });
                 }
-                if out_direct {
-                    if needs_epi {
-                        // Epilogue in place over the f32 output.
-                        for i in 0..m {
-                            for j in 0..n {
-                                let o = ooff + i * out.strides[r - 2] + j * out.strides[r - 1];
-                                let x = bias_v.map(|(bv, bo)| {
-                                    bv.ld(bo + i * tail_stride(bv, 2) + j * tail_stride(bv, 1))
-                                });
-                                out.st(o, epi.apply(out.ld(o), x, out.dtype));
-                            }
-                        }
-                    }
-                } else {
-                    epilogue(c, m, n, epi, bias_v, out, ooff);
+                if !out_direct {
+                    epilogue(Some(c), m, n, epi, bias_v, out, ooff);
+                } else if needs_epi {
+                    // The product is already in the f32 output: finish it in place.
+                    epilogue(None, m, n, epi, bias_v, out, ooff);
                 }
             });
         });
