@@ -94,6 +94,22 @@ impl TdArg {
         }
     }
 
+    /// The same storage `bytes` further on (a slot's location; scratch and null stay).
+    pub fn skip(mut self, bytes: u64) -> TdArg {
+        if let Loc::Slot(s, off) = self.loc {
+            self.loc = Loc::Slot(s, off + bytes);
+        }
+        self
+    }
+
+    /// The same storage seen with another shape and element strides (same rank for both).
+    pub fn laid_out(mut self, shape: &[i64], strides: &[i64]) -> TdArg {
+        self.td.rank = shape.len() as i32;
+        self.td.sh[..shape.len()].copy_from_slice(shape);
+        self.td.st[..strides.len()].copy_from_slice(strides);
+        self
+    }
+
     /// The same tensor seen with `rank` dims: missing leading dims and size-1 dims
     /// broadcast (stride 0), right-aligned as the CPU's batch_off does.
     pub fn aligned_to(&self, shape: &[usize]) -> TdArg {

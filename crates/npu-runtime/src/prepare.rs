@@ -121,7 +121,8 @@ pub fn weights<B>(
 /// A constant's values stored in its dtype.
 pub fn constant_bytes(c: &ConstSlot) -> Result<Vec<u8>> {
     let n: usize = c.shape.iter().product();
-    let mut host = crate::limits::try_zeroed(n * c.dtype.size_bytes(), &c.name)?;
+    let mut host =
+        crate::limits::try_zeroed(n * c.dtype.size_bytes(), &format!("constant '{}'", c.name))?;
     match &c.values {
         ConstValues::Float(v) if v.len() == n => {
             for (i, &x) in v.iter().enumerate() {

@@ -65,15 +65,7 @@ pub struct Sampler {
 }
 
 /// Index of the largest value; the first one on ties (as `torch.argmax`).
-pub fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
-}
+pub use npu_runtime::compare::argmax;
 
 impl Sampler {
     pub fn new(params: SamplingParams, seed: u64) -> Sampler {

@@ -206,13 +206,7 @@ impl Planner<'_> {
         }
         // A [bk, rows, k] operand over `x`'s storage with the given strides.
         let view = |x: &Binding, sh: [usize; 3], st: [usize; 3]| {
-            let mut a = TdArg::of(x);
-            a.td.rank = 3;
-            for i in 0..3 {
-                a.td.sh[i] = sh[i] as i64;
-                a.td.st[i] = st[i] as i64;
-            }
-            a
+            TdArg::of(x).laid_out(&sh.map(|v| v as i64), &st.map(|v| v as i64))
         };
         let qa = view(q, [bk, rows, d], [rows * d, d, 1]);
         let kt = view(k, [bk, d, t], [t * d, 1, d]);

@@ -126,20 +126,14 @@ impl Planner<'_> {
                 ],
             ));
             // W_g as [og, kc] (from the 4-D weight's strides when it is dense).
-            let mut wa = TdArg::of(w);
-            if let Loc::Slot(s, off) = wa.loc {
-                wa.loc = Loc::Slot(
-                    s,
-                    off + (gi * og * w.strides[0] * w.dtype.size_bytes()) as u64,
-                );
-            }
-            wa.td.rank = 2;
-            wa.td.sh[0] = og as i64;
-            wa.td.sh[1] = kc as i64;
-            if w_dense {
-                wa.td.st[0] = kc as i64;
-                wa.td.st[1] = 1;
-            }
+            let w_st = if w_dense {
+                [kc as i64, 1]
+            } else {
+                [w.strides[0] as i64, w.strides[1] as i64]
+            };
+            let wa = TdArg::of(w)
+                .skip((gi * og * w.strides[0] * w.dtype.size_bytes()) as u64)
+                .laid_out(&[og as i64, kc as i64], &w_st);
             let colb = TdArg::scratch(col_off, wdt, &[kc, cols]);
             let dt = TdArg::scratch(d_off, DType::F32, &[og, cols]);
             let lt = if w_dense {
@@ -196,24 +190,15 @@ impl Planner<'_> {
         [n, cg, og, pix]: [usize; 4],
         d_off: u64,
     ) -> Result<Option<LtCall>, String> {
-        let esz = x.dtype.size_bytes();
-        let mut b = TdArg::of(x);
-        if let Loc::Slot(s, off) = b.loc {
-            b.loc = Loc::Slot(s, off + (gi * cg * x.strides[1] * esz) as u64);
-        }
-        b.td.rank = 3;
-        b.td.sh[..3].copy_from_slice(&[n as i64, cg as i64, pix as i64]);
-        b.td.st[..3].copy_from_slice(&[x.strides[0] as i64, x.strides[1] as i64, 1]);
-        let mut a = TdArg::of(w);
-        if let Loc::Slot(s, off) = a.loc {
-            a.loc = Loc::Slot(
-                s,
-                off + (gi * og * w.strides[0] * w.dtype.size_bytes()) as u64,
+        let b = TdArg::of(x)
+            .skip((gi * cg * x.strides[1] * x.dtype.size_bytes()) as u64)
+            .laid_out(
+                &[n as i64, cg as i64, pix as i64],
+                &[x.strides[0] as i64, x.strides[1] as i64, 1],
             );
-        }
-        a.td.rank = 3;
-        a.td.sh[..3].copy_from_slice(&[n as i64, og as i64, cg as i64]);
-        a.td.st[..3].copy_from_slice(&[0, cg as i64, 1]);
+        let a = TdArg::of(w)
+            .skip((gi * og * w.strides[0] * w.dtype.size_bytes()) as u64)
+            .laid_out(&[n as i64, og as i64, cg as i64], &[0, cg as i64, 1]);
         plan_lt(
             self.dev,
             &a,
