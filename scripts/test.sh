@@ -22,6 +22,19 @@ SKIPS=()
 
 step() { printf '\n== %s\n' "$*"; }
 
+# Free disk and memory, printed at the start, the end and after a failed build: a full disk shows
+# up as a compiler crash or "No usable temporary directory" far from its cause.
+disk_report() { df -h "$ROOT" "${TMPDIR:-/tmp}" 2>/dev/null | uniq; free -g 2>/dev/null | head -2; }
+
+# Disk: a clean checkout builds every crate twice (clippy's check, then the test build); without
+# incremental state and with line tables only for debug info, target/ takes about a third of
+# the space (CI machines have had little free disk). Either can be overridden from outside.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+# torch picks its compile cache from the user name and the temporary directory at import (the
+# OpInfo suite imports torch._inductor); a CI user without a passwd entry has no name.
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$ROOT/target/torchinductor}"
+
 # check NAME CMD...: runs CMD; one passed or failed test named NAME.
 check() {
     local name="$1"; shift
@@ -85,12 +98,18 @@ cargo_test_step() {
     if [ "$rc" -ne 0 ]; then
         if [ "$f" -eq 0 ]; then
             FAILED=$((FAILED + 1)) # the build failed, or a test binary crashed
+            echo "-- last 60 lines of $log:"
+            tail -n 60 "$log"
+            disk_report
             FAILURES+=("$name (cargo exit $rc, see $log)")
         else
             FAILURES+=("$name ($f failed, see $log)")
         fi
     fi
 }
+
+step "machine"
+uname -m; nproc; disk_report
 
 step "python venv (pinned torch/torchvision/transformers/pytorch-ir)"
 scripts/setup-python.sh || { echo "python setup failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
@@ -141,6 +160,7 @@ else
 fi
 
 step "summary"
+disk_report
 for s in "${SKIPS[@]+"${SKIPS[@]}"}"; do echo "skipped: $s"; done
 for f in "${FAILURES[@]+"${FAILURES[@]}"}"; do echo "FAILED: $f"; done
 echo "${PASSED} passed, ${FAILED} failed, ${SKIPPED} skipped"
