@@ -5,7 +5,6 @@
 //! replay per run. CUDA is loaded dynamically: the crate builds and links without it, and
 //! [`CudaBackend::new`] says "no CUDA device" where there is none.
 
-pub mod conformance;
 mod device;
 mod elementwise;
 mod error;

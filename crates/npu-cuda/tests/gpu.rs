@@ -1,20 +1,15 @@
-//! GPU conformance against the CPU reference. Skips (passes) in milliseconds where there is
+//! The conformance suite on the CUDA backend. Each test skips in milliseconds where there is
 //! no CUDA driver or device, as on CI.
 
-use npu_cuda::{conformance, CudaBackend, CudaError};
+use npu_cuda::{CudaBackend, CudaError};
+use npu_runtime::Backend;
 
-#[test]
-fn every_kernel_kind_matches_the_cpu() {
-    let gpu = match CudaBackend::new() {
-        Ok(b) => b,
-        Err(CudaError::NoDevice(why)) => {
-            // scripts/test.sh counts this line as a skip, not a pass.
-            println!("SKIP: every_kernel_kind_matches_the_cpu: no CUDA device ({why})");
-            return;
-        }
+fn cuda() -> Result<Box<dyn Backend>, String> {
+    match CudaBackend::new() {
+        Ok(b) => Ok(Box::new(b)),
+        Err(CudaError::NoDevice(why)) => Err(format!("no CUDA device ({why})")),
         Err(e) => panic!("the CUDA backend failed to start: {e}"),
-    };
-    let results = conformance::run_all(&gpu, 1, false);
-    let failed: Vec<_> = results.iter().filter(|r| !r.passed()).collect();
-    assert!(failed.is_empty(), "{failed:#?}");
+    }
 }
+
+npu_conformance::suite!("cuda", cuda);

@@ -223,7 +223,7 @@ fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
 
 /// Uniform random weights in [-0.04, 0.04) for every source tensor (timing only).
 fn random_weights(p: &Program) -> MemoryWeights {
-    let mut rng = npu_cuda::conformance::Rng::new(11);
+    let mut rng = npu_conformance::Rng::new(11);
     let mut m = HashMap::new();
     for s in &p.sources {
         let n: usize = s.shape.iter().product();

@@ -1,0 +1,97 @@
+//! Scaled dot-product attention: prefill with a padding mask (grouped K/V), causal, rows
+//! that attend to nothing, decode over long contexts, head dims that are not a multiple of 32.
+
+use crate::case::{Case, Rng};
+use npu_ir::DType;
+use npu_program::program::Kernel;
+
+/// One attention case: q [b,h,s,d], k and v [b,kvh,t,d]. With `mask`, a causal-with-padding
+/// mask over the cache (`finfo.min` where not attended), broadcast over heads; its last `dead`
+/// rows attend to nothing (their output is zeros).
+#[allow(clippy::too_many_arguments)]
+fn case(
+    rng: &mut Rng,
+    [b, h, kvh, s, t, d]: [usize; 6],
+    dt: DType,
+    mask: bool,
+    causal: bool,
+    dead: usize,
+    q_heads_interleaved: bool,
+) -> Case {
+    let name = format!(
+        "attention {dt} b{b} h{h}/{kvh} s{s} t{t} d{d}{}{}{}{}",
+        if mask { " mask" } else { "" },
+        if causal { " causal" } else { "" },
+        if dead > 0 { " dead rows" } else { "" },
+        if q_heads_interleaved {
+            " q[b,s,h,d]"
+        } else {
+            ""
+        },
+    );
+    let kernel = Kernel::Attention {
+        scale: 1.0 / (d as f32).sqrt(),
+        causal,
+    };
+    let mut c = Case::new(name, kernel);
+    c = if q_heads_interleaved {
+        c.view(
+            rng,
+            &[b, s, h, d],
+            dt,
+            &[b, h, s, d],
+            &[h * s * d, d, h * d, 1],
+            0,
+        )
+    } else {
+        c.input(rng, &[b, h, s, d], dt)
+    };
+    c = c
+        .input(rng, &[b, kvh, t, d], dt)
+        .input(rng, &[b, kvh, t, d], dt);
+    if mask {
+        let start = t / 3;
+        let vals: Vec<f32> = (0..s * t)
+            .map(|i| {
+                let (r, col) = (i / t, i % t);
+                if col <= start + r && col >= 2 && r + dead < s {
+                    0.0
+                } else {
+                    -3.389_531_4e38
+                }
+            })
+            .collect();
+        c = c.view_of(&[1, 1, s, t], dt, &vals, &[b, h, s, t], &[0, 0, t, 1], 0);
+    }
+    c.output(&[b, h, s, d], dt)
+}
+
+pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
+    use DType::{BF16, F16, F32};
+    let mut v = vec![
+        case(rng, [1, 12, 2, 37, 300, 64], BF16, true, false, 0, false),
+        // the GEMM path (16 or more rows, dense operands)
+        case(rng, [2, 6, 2, 40, 96, 48], F32, true, false, 3, false),
+        case(rng, [2, 4, 4, 65, 65, 80], F32, false, true, 0, false),
+        // decode: long context, a head dim not a multiple of 32 with the largest group, MHA
+        case(rng, [1, 12, 2, 1, 2500, 128], F16, true, false, 0, false),
+        case(rng, [2, 8, 1, 1, 300, 80], F32, true, false, 0, false),
+        case(rng, [1, 4, 4, 1, 77, 64], BF16, false, false, 0, false),
+        // small shapes with a strided q
+        case(rng, [2, 4, 2, 3, 9, 16], F32, false, false, 0, true),
+        case(rng, [1, 6, 2, 7, 7, 8], F32, false, true, 0, true),
+        case(rng, [1, 4, 1, 2, 33, 12], BF16, true, false, 0, true),
+    ];
+    if long {
+        v.push(case(
+            rng,
+            [1, 12, 2, 1, 32768, 128],
+            BF16,
+            true,
+            false,
+            0,
+            false,
+        ));
+    }
+    v
+}

@@ -1,0 +1,153 @@
+//! NCHW convolutions: im2col + GEMM, 1x1 as plain GEMMs, direct grouped and depthwise
+//! kernels, padded outputs.
+
+use crate::case::{Case, Rng};
+use npu_ir::{DType, UnaryOp};
+use npu_program::program::Kernel;
+
+fn conv(s: usize, p: usize, d: usize, groups: usize, act: Option<UnaryOp>) -> Kernel {
+    Kernel::Conv2d {
+        stride: [s, s],
+        padding: [p, p],
+        dilation: [d, d],
+        groups,
+        act,
+    }
+}
+
+pub fn cases(rng: &mut Rng) -> Vec<Case> {
+    use DType::{BF16, F16, F32};
+    let mut v = Vec::new();
+    // (n, c, h, w, o, k, stride, pad, dilation, groups) with a bias and relu, in f32 (dense
+    // output) and f16 (output rows with a padded pitch).
+    for (n, c, h, wd, o, k, s, p, d, g) in [
+        (2, 3, 11, 9, 5, 3, 1, 1, 1, 1),
+        (1, 6, 10, 13, 9, 3, 2, 1, 1, 3),
+        (3, 4, 7, 7, 4, 1, 1, 0, 1, 1),
+        (1, 5, 12, 12, 7, 3, 2, 2, 2, 1),
+        (1, 33, 5, 6, 35, 1, 2, 0, 1, 1),
+        (2, 4, 8, 8, 4, 3, 1, 1, 1, 4),
+        (1, 6, 6, 6, 300, 3, 1, 1, 1, 2),
+        // depthwise x2 with stride and dilation, a 7x7 depthwise
+        (1, 8, 9, 10, 16, 5, 2, 2, 2, 8),
+        (2, 12, 14, 14, 12, 7, 1, 3, 1, 12),
+        // wide groups (32 channels each)
+        (1, 64, 5, 5, 8, 3, 1, 1, 1, 2),
+    ] {
+        for dt in [F32, F16] {
+            let oh = (h + 2 * p - d * (k - 1) - 1) / s + 1;
+            let ow = (wd + 2 * p - d * (k - 1) - 1) / s + 1;
+            let case = Case::new(
+                format!("conv {dt} {n}x{c}x{h}x{wd} -> {o} k{k} s{s} p{p} d{d} g{g} bias relu"),
+                conv(s, p, d, g, Some(UnaryOp::Relu)),
+            )
+            .input(rng, &[n, c, h, wd], dt)
+            .input(rng, &[o, c / g, k, k], dt)
+            .input(rng, &[o], dt);
+            v.push(if dt == F16 {
+                let pitch = ow + 3;
+                case.output_view(
+                    &[n, o, oh, pitch],
+                    dt,
+                    &[n, o, oh, ow],
+                    &[o * oh * pitch, oh * pitch, pitch, 1],
+                )
+            } else {
+                case.output(&[n, o, oh, ow], dt)
+            });
+        }
+    }
+    v.push(
+        Case::new(
+            "conv f16 2x5x13x11 k3 s2 p1 bias relu",
+            conv(2, 1, 1, 1, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[2, 5, 13, 11], F16)
+        .input(rng, &[7, 5, 3, 3], F16)
+        .input(rng, &[7], F16)
+        .output(&[2, 7, 7, 6], F16),
+    );
+    v.push(
+        Case::new(
+            "conv f16 depthwise 2x32x15x13 k3 s2 p1 bias relu",
+            conv(2, 1, 1, 32, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[2, 32, 15, 13], F16)
+        .input(rng, &[32, 1, 3, 3], F16)
+        .input(rng, &[32], F16)
+        .output(&[2, 32, 8, 7], F16),
+    );
+    v.push(
+        Case::new(
+            "conv bf16 depthwise x2 1x8x9x10 k5 p(2,4) dilation 2",
+            Kernel::Conv2d {
+                stride: [1, 1],
+                padding: [2, 4],
+                dilation: [2, 2],
+                groups: 8,
+                act: None,
+            },
+        )
+        .input(rng, &[1, 8, 9, 10], BF16)
+        .input(rng, &[16, 1, 5, 5], BF16)
+        .output(&[1, 16, 5, 10], BF16),
+    );
+    // 16-bit columns, eight per thread (columns a multiple of 8), and a converting im2col.
+    v.push(
+        Case::new(
+            "conv f16 2x16x12x10 k3 p1 -> 24 (im2col8)",
+            conv(1, 1, 1, 1, None),
+        )
+        .input(rng, &[2, 16, 12, 10], F16)
+        .input(rng, &[24, 16, 3, 3], F16)
+        .output(&[2, 24, 12, 10], F16),
+    );
+    v.push(
+        Case::new(
+            "conv f32 x, bf16 w 1x8x17x16 k3 s2 p1 (im2col8 converting)",
+            conv(2, 1, 1, 1, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[1, 8, 17, 16], F32)
+        .input(rng, &[12, 8, 3, 3], BF16)
+        .output(&[1, 12, 9, 8], BF16),
+    );
+    // 1x1 convolutions: one GEMM batched over the images.
+    v.push(
+        Case::new(
+            "conv f16 1x1 4x96x8x8 -> 72 bias relu (batched GEMM)",
+            conv(1, 0, 1, 1, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[4, 96, 8, 8], F16)
+        .input(rng, &[72, 96, 1, 1], F16)
+        .input(rng, &[72], F16)
+        .output(&[4, 72, 8, 8], F16),
+    );
+    v.push(
+        Case::new(
+            "conv f32 1x1 2x24x5x3 -> 8 (odd planes)",
+            conv(1, 0, 1, 1, None),
+        )
+        .input(rng, &[2, 24, 5, 3], F32)
+        .input(rng, &[8, 24, 1, 1], F32)
+        .output(&[2, 8, 5, 3], F32),
+    );
+    v.push(
+        Case::new(
+            "conv f32 groups 2 of 128 channels k3 (im2col)",
+            conv(1, 1, 1, 2, None),
+        )
+        .input(rng, &[1, 256, 6, 5], F32)
+        .input(rng, &[8, 128, 3, 3], F32)
+        .output(&[1, 8, 6, 5], F32),
+    );
+    v.push(
+        Case::new(
+            "conv bf16 3x64x7x7 1x1 -> 40 (padded channels out)",
+            conv(1, 0, 1, 1, None),
+        )
+        .input(rng, &[3, 64, 7, 7], BF16)
+        .input(rng, &[40, 64, 1, 1], BF16)
+        .output_view(&[3, 64, 7, 7], BF16, &[3, 40, 7, 7], &[64 * 49, 49, 7, 1]),
+    );
+    v
+}

@@ -1,0 +1,75 @@
+//! Max and average pooling with ATen's padding and divisor rules; adaptive average pooling
+//! with its floor/ceil windows, including windows of 32 or more (a warp per output).
+
+use crate::case::{Case, Rng};
+use npu_ir::DType;
+use npu_program::program::{Kernel, PoolKind};
+
+fn pool(kind: PoolKind, k: usize, s: usize, p: usize) -> Kernel {
+    Kernel::Pool2d {
+        kind,
+        kernel: [k, k],
+        stride: [s, s],
+        padding: [p, p],
+        dilation: [1, 1],
+    }
+}
+
+pub fn cases(rng: &mut Rng) -> Vec<Case> {
+    use DType::{BF16, F16, F32};
+    let mut v = Vec::new();
+    let avg = |count_include_pad, divisor| PoolKind::Avg {
+        count_include_pad,
+        divisor,
+    };
+    for (kind, what) in [
+        (PoolKind::Max, "max"),
+        (avg(true, None), "avg with pad"),
+        (avg(false, None), "avg without pad"),
+        (avg(true, Some(5)), "avg divisor 5"),
+    ] {
+        v.push(
+            Case::new(
+                format!("pool {what} f32 2x3x9x7 k3 s2 p1"),
+                pool(kind, 3, 2, 1),
+            )
+            .input(rng, &[2, 3, 9, 7], F32)
+            .output(&[2, 3, 5, 4], F32),
+        );
+    }
+    v.push(
+        Case::new("maxpool f16 k3 s2 p1", pool(PoolKind::Max, 3, 2, 1))
+            .input(rng, &[2, 3, 15, 14], F16)
+            .output(&[2, 3, 8, 7], F16),
+    );
+    v.push(
+        Case::new(
+            "maxpool f32 k3 s1 p1 dilation 2",
+            Kernel::Pool2d {
+                kind: PoolKind::Max,
+                kernel: [3, 3],
+                stride: [1, 1],
+                padding: [1, 1],
+                dilation: [2, 2],
+            },
+        )
+        .input(rng, &[1, 2, 8, 9], F32)
+        .output(&[1, 2, 6, 7], F32),
+    );
+    for (dt, [n, c, h, w], [oh, ow]) in [
+        (BF16, [2, 3, 7, 5], [3, 2]),
+        (F32, [2, 3, 9, 7], [4, 3]),
+        (F16, [2, 24, 40, 33], [1, 1]),
+        (F32, [1, 5, 20, 17], [2, 3]),
+    ] {
+        v.push(
+            Case::new(
+                format!("adaptive avgpool {dt} {h}x{w} -> {oh}x{ow}"),
+                Kernel::AdaptiveAvgPool2d,
+            )
+            .input(rng, &[n, c, h, w], dt)
+            .output(&[n, c, oh, ow], dt),
+        );
+    }
+    v
+}
