@@ -6,18 +6,20 @@
 //! one `#[test]` per kernel family for a backend; a backend with no device here skips each
 //! test with a `SKIP:` line that `scripts/test.sh` counts.
 //!
-//! ```ignore
+//! ```text
 //! npu_conformance::suite!("cpu", || Ok(Box::new(npu_runtime::CpuBackend::new())));
 //! ```
 
 pub mod case;
 pub mod cases;
 pub mod compare;
+pub mod models;
 pub mod reference;
 
 pub use case::{Case, Rng};
 pub use cases::{cases, Family};
 pub use compare::{run_case, Outcome};
+pub use models::{run_models, ModelOutcome};
 
 use npu_runtime::Backend;
 
@@ -92,7 +94,35 @@ pub fn test_family(
     );
 }
 
-/// One `#[test]` per kernel family against the backend `$make` gives
+/// The body of the generated `models` test: every fixture model through the DAG executor on
+/// the backend `make` gives (skipping as [`test_family`] does).
+pub fn test_models(test: &str, make: impl FnOnce() -> Result<Box<dyn Backend>, String>) {
+    let backend = match make() {
+        Ok(b) => b,
+        Err(why) => {
+            println!("SKIP: {test}: {why}");
+            return;
+        }
+    };
+    let outcomes = run_models(backend.as_ref());
+    for o in &outcomes {
+        println!("{}: {}", o.name, o.error.as_deref().unwrap_or(&o.measured));
+    }
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| o.error.as_ref().map(|e| format!("{}: {e}", o.name)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{test}: {} of {} models differ from PyTorch on {}:\n{}",
+        failed.len(),
+        outcomes.len(),
+        backend.name(),
+        failed.join("\n")
+    );
+}
+
+/// One `#[test]` per kernel family, and one for the fixture models, against the backend `$make` gives
 /// (`Result<Box<dyn Backend>, String>`, the error saying why it cannot run here). `$label`
 /// names the tests in skip lines (no colons).
 #[macro_export]
@@ -105,6 +135,10 @@ macro_rules! suite {
         $crate::suite!(@one $label, $make, rows, Rows);
         $crate::suite!(@one $label, $make, gather, Gather);
         $crate::suite!(@one $label, $make, attention, Attention);
+        #[test]
+        fn models() {
+            $crate::test_models(concat!($label, " conformance models"), $make);
+        }
     };
     (@one $label:literal, $make:expr, $name:ident, $family:ident) => {
         #[test]
