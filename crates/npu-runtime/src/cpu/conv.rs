@@ -2,11 +2,11 @@
 //! im2col + GEMM; a 1x1/stride-1/no-padding conv over f32 reads the input directly; narrow
 //! groups (depthwise) go to `conv_grouped`.
 
+use super::activation::bias_act;
 use super::conv_grouped;
 use super::gemm::{epilogue, matmul, Epilogue, Mat};
 use super::view::{with_scratch, SendPtr, View};
 use npu_ir::UnaryOp;
-use npu_program::expr::{relu, unary};
 use npu_program::program::ConvDims;
 use rayon::prelude::*;
 
@@ -171,15 +171,7 @@ pub fn conv2d(
                                             pix,
                                         )
                                     };
-                                    match p.act {
-                                        None => row.iter_mut().for_each(|v| *v += bv),
-                                        Some(UnaryOp::Relu) => {
-                                            row.iter_mut().for_each(|v| *v = relu(*v + bv))
-                                        }
-                                        Some(a) => {
-                                            row.iter_mut().for_each(|v| *v = unary(a, *v + bv))
-                                        }
-                                    }
+                                    bias_act(row, bv, p.act);
                                 });
                             }
                         } else {
@@ -209,19 +201,14 @@ pub fn conv2d(
                                     let bv = bias_view.map_or(0.0, |b| {
                                         b.ld((gi * og + oi) * b.strides[b.rank() - 1])
                                     });
+                                    let row = &mut cbuf[oi * pix..(oi + 1) * pix];
+                                    bias_act(row, bv, p.act);
                                     for y in 0..oh {
-                                        for xx in 0..ow {
-                                            let mut t = cbuf[oi * pix + y * ow + xx] + bv;
-                                            if let Some(a) = p.act {
-                                                t = unary(a, t);
-                                            }
-                                            out.st(
-                                                ooff + oi * out.strides[1]
-                                                    + y * out.strides[2]
-                                                    + xx * out.strides[3],
-                                                t,
-                                            );
-                                        }
+                                        out.scatter(
+                                            ooff + oi * out.strides[1] + y * out.strides[2],
+                                            out.strides[3],
+                                            &row[y * ow..(y + 1) * ow],
+                                        );
                                     }
                                 }
                             }

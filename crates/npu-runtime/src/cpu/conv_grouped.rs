@@ -5,10 +5,9 @@
 //! bounds checks and any dtype or stride is read the same way), then adds weight x shifted row
 //! for every tap; with stride 1 the innermost loop is a contiguous axpy the compiler vectorizes.
 
+use super::activation::bias_act;
 use super::conv::ConvParams;
 use super::view::{with_scratch, View};
-use npu_ir::UnaryOp;
-use npu_program::expr::{relu, unary};
 use npu_program::program::ConvDims;
 use rayon::prelude::*;
 
@@ -87,11 +86,7 @@ pub fn conv_grouped(
                 }
             }
             let bv = bias.map_or(0.0, |b| b.ld(oi * b.strides[b.rank() - 1]));
-            match p.act {
-                None => acc.iter_mut().for_each(|v| *v += bv),
-                Some(UnaryOp::Relu) => acc.iter_mut().for_each(|v| *v = relu(*v + bv)),
-                Some(a) => acc.iter_mut().for_each(|v| *v = unary(a, *v + bv)),
-            }
+            bias_act(acc, bv, p.act);
             let obase = ni * out.strides[0] + oi * out.strides[1];
             // Every output element is written by exactly one task, the one of its plane.
             for y in 0..oh {

@@ -1,9 +1,10 @@
 //! Fused elementwise expressions, evaluated block-wise over rows of the output. Each
 //! instruction runs over a block of up to 256 elements with the pointwise table's math
-//! (`eval_block`); SiLU and exp use the vectorizable [`fast_exp`].
+//! (`eval_block`); unary ops through [`activation::apply`] (vectorized exp, SiLU, sigmoid,
+//! GELU).
 
+use super::activation;
 use super::view::{chunks_for, offset_in, with_scratch, View};
-use npu_ir::UnaryOp;
 use npu_program::expr::{clamp, round_to, Expr, Instr};
 use rayon::prelude::*;
 
@@ -65,16 +66,10 @@ pub fn elementwise(expr: &Expr, ins: &[View], out: &View) -> Result<(), String> 
                             stack[sp * BLOCK..sp * BLOCK + len].fill(v);
                             sp += 1;
                         }
-                        Instr::Unary(u) => {
-                            let v = &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len];
-                            match u {
-                                UnaryOp::Silu => {
-                                    v.iter_mut().for_each(|x| *x /= 1.0 + fast_exp(-*x))
-                                }
-                                UnaryOp::Exp => v.iter_mut().for_each(|x| *x = fast_exp(*x)),
-                                _ => u.eval_block(v, []),
-                            }
-                        }
+                        Instr::Unary(u) => activation::apply(
+                            u,
+                            &mut stack[(sp - 1) * BLOCK..(sp - 1) * BLOCK + len],
+                        ),
                         Instr::Binary(op) => {
                             let (lo, hi) = stack.split_at_mut((sp - 1) * BLOCK);
                             let a = &mut lo[(sp - 2) * BLOCK..(sp - 2) * BLOCK + len];
@@ -106,56 +101,4 @@ pub fn elementwise(expr: &Expr, ins: &[View], out: &View) -> Result<(), String> 
         })
     });
     Ok(())
-}
-
-/// exp(x) in f32 within 4e-7 relative error over the whole range (0 below -87.3, inf above 88.72), written
-/// so the compiler vectorizes it: round-to-nearest by the 1.5 * 2^23 trick, Cody-Waite
-/// reduction by ln 2, a degree-6 polynomial, and the exponent placed with integer bits.
-#[inline(always)]
-pub fn fast_exp(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    const ROUND: f32 = 12_582_912.0;
-    let xc = x.clamp(-87.3, 88.72);
-    let n = (xc * LOG2E + ROUND) - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (0.166_666_67
-                    + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
-    // 2^n as two factors so n = 128 (x near 88.7) and n = -126 stay normal numbers.
-    let (n, h) = (n as i32, (n as i32) >> 1);
-    let y =
-        p * f32::from_bits(((h + 127) << 23) as u32) * f32::from_bits(((n - h + 127) << 23) as u32);
-    if x < -87.3 {
-        0.0
-    } else if x > 88.72 {
-        f32::INFINITY
-    } else {
-        y
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fast_exp;
-
-    #[test]
-    fn fast_exp_is_within_a_few_ulp() {
-        let mut x = -90.0f32;
-        while x < 90.0 {
-            let (got, want) = (fast_exp(x), x.exp());
-            if want.is_finite() && x > -87.0 {
-                let rel = ((got - want) / want).abs();
-                assert!(rel < 4e-7, "exp({x}) = {got}, want {want} (rel {rel})");
-            } else if x <= -87.0 {
-                assert!(got < 2e-38, "exp({x}) = {got}");
-            }
-            x += 0.0137;
-        }
-        assert_eq!(fast_exp(100.0), f32::INFINITY);
-        assert_eq!(fast_exp(-100.0), 0.0);
-    }
 }

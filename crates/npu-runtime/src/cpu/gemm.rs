@@ -129,7 +129,7 @@ pub fn epilogue(
                 }
             }
             if let Some(a) = epi.act {
-                a.eval_block(row, []);
+                super::activation::apply(a, row);
             }
             out.scatter(out_off + i * osm, osn, row);
         });

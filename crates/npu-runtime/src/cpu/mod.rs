@@ -2,6 +2,7 @@
 //! and every weight built at prepare time; a run converts the inputs into their buffers,
 //! executes the steps in order over strided views, and converts the outputs back.
 
+pub(crate) mod activation;
 pub(crate) mod amx;
 pub(crate) mod attention;
 pub(crate) mod conv;

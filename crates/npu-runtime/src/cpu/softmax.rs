@@ -1,5 +1,6 @@
 //! Softmax over the last dim with scale and optional additive mask, in f32.
 
+use super::activation::fast_exp;
 use super::view::{offset_in, with_scratch, View};
 use rayon::prelude::*;
 
@@ -14,7 +15,7 @@ pub fn softmax_row(row: &mut [f32], all_masked: f32) {
     }
     let mut sum = 0.0f32;
     for x in row.iter_mut() {
-        *x = (*x - m).exp();
+        *x = fast_exp(*x - m);
         sum += *x;
     }
     let inv = 1.0 / sum;
