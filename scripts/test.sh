@@ -111,6 +111,22 @@ cargo_test_step() {
 step "machine"
 uname -m; nproc; disk_report
 
+# The wgpu backend's tests run on Mesa's software Vulkan (lavapipe) where no GPU is present.
+# Installed from Debian's packages when missing and possible; without it those tests skip,
+# each saying why. XDG_RUNTIME_DIR keeps the Vulkan loader from printing errors without one.
+step "software Vulkan (lavapipe) for the wgpu backend"
+if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mesa-vulkan-drivers libvulkan1) >"$LOGS/lavapipe.log" 2>&1 \
+            || echo "lavapipe install failed (see $LOGS/lavapipe.log): the wgpu tests will skip"
+    else
+        echo "no lavapipe and no root apt-get: the wgpu tests will skip"
+    fi
+fi
+ls /usr/share/vulkan/icd.d/ 2>/dev/null || true
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$ROOT/target/xdg-runtime}"
+mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
+
 step "python venv (pinned torch/torchvision/transformers/pytorch-ir)"
 scripts/setup-python.sh || { echo "python setup failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 

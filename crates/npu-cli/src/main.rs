@@ -100,6 +100,7 @@ enum Cmd {
         inputs: Option<PathBuf>,
         #[arg(long)]
         outputs: Option<PathBuf>,
+        /// The backend that runs the NPU partitions: cpu, cuda or wgpu.
         #[arg(long, default_value = "cpu")]
         backend: String,
         /// Run this many times and report the timings.

@@ -26,7 +26,7 @@ pub struct ModelArgs {
     /// A tokenizer directory (tokenizer.json, tokenizer_config.json); default: MODEL_DIR's.
     #[arg(long, value_name = "DIR")]
     pub tokenizer: Option<PathBuf>,
-    /// The backend that runs the programs (cpu, cuda).
+    /// The backend that runs the programs (cpu, cuda, wgpu).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
     /// Target the IR graphs are compiled for (npu, cpu).

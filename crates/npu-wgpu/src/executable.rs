@@ -1,0 +1,484 @@
+//! Preparing and running a program on a wgpu device: one storage buffer per program slot
+//! (inputs, outputs, weights, constants, the arena), one compute pipeline per step, one
+//! command encoder per run and a single wait for the outputs' readback. The KV cache lives in
+//! a [`WgpuState`] on the device from prefill through every decode step.
+
+use crate::device::Gpu;
+use crate::error::step_error;
+use crate::wgsl::{self, WORKGROUP};
+use npu_program::program::{Binding, IoTensor, Slot};
+use npu_program::Program;
+use npu_runtime::backend::{downcast_state, match_input};
+use npu_runtime::prepare::{self, io_bytes, IoPlan};
+use npu_runtime::tensor::cast_bytes;
+use npu_runtime::{DeviceState, Executable, HostTensor, Result, RuntimeError, WeightSource};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+/// The widest operand rank the generated shaders unroll.
+const MAX_RANK: usize = 8;
+
+fn gpu_error(what: &str, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::InvalidProgram(format!("wgpu: {what}: {e}"))
+}
+
+/// A storage buffer of at least `bytes` (rounded up to 4), zeroed.
+pub fn storage(gpu: &Gpu, bytes: usize, what: &str) -> Result<wgpu::Buffer> {
+    let size = (bytes.max(4) as u64).div_ceil(4) * 4;
+    let max = gpu
+        .limits
+        .max_storage_buffer_binding_size
+        .min(gpu.limits.max_buffer_size);
+    if size > max {
+        return Err(RuntimeError::TooLarge {
+            what: format!("{what} (one wgpu binding on {})", gpu.info.name),
+            bytes: u128::from(size),
+            limit: max,
+        });
+    }
+    Ok(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(what),
+        size,
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    }))
+}
+
+/// Writes `bytes` at the start of `buf` (padded to 4).
+fn upload(gpu: &Gpu, buf: &wgpu::Buffer, bytes: &[u8]) {
+    if bytes.len().is_multiple_of(4) {
+        gpu.queue.write_buffer(buf, 0, bytes);
+    } else {
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().div_ceil(4) * 4, 0);
+        gpu.queue.write_buffer(buf, 0, &padded);
+    }
+}
+
+/// Copies the first `bytes` of each buffer to the host, with one submission and one wait.
+fn download(
+    gpu: &Gpu,
+    bufs: &[(&wgpu::Buffer, usize)],
+    mut encoder: wgpu::CommandEncoder,
+) -> Result<Vec<Vec<u8>>> {
+    let staging: Vec<wgpu::Buffer> = bufs
+        .iter()
+        .map(|(b, n)| {
+            let size = (*n.max(&4) as u64).div_ceil(4) * 4;
+            let s = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            encoder.copy_buffer_to_buffer(b, 0, &s, 0, size);
+            s
+        })
+        .collect();
+    gpu.queue.submit([encoder.finish()]);
+    for s in &staging {
+        s.map_async(wgpu::MapMode::Read, .., |_| {});
+    }
+    gpu.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| gpu_error("waiting for the device", e))?;
+    staging
+        .iter()
+        .zip(bufs)
+        .map(|(s, (_, n))| {
+            let v = s
+                .get_mapped_range(..)
+                .map_err(|e| gpu_error("reading back", e))?[..*n]
+                .to_vec();
+            s.unmap();
+            Ok(v)
+        })
+        .collect()
+}
+
+/// A named state buffer: storage dtype, shape, device buffer.
+struct StateBuf {
+    io: IoTensor,
+    buf: wgpu::Buffer,
+}
+
+/// The wgpu backend's device state: named device buffers (the KV cache).
+pub struct WgpuState {
+    gpu: Arc<Gpu>,
+    bufs: HashMap<String, StateBuf>,
+}
+
+impl WgpuState {
+    fn ensure(&mut self, io: &IoTensor) -> Result<&wgpu::Buffer> {
+        if !self.bufs.contains_key(&io.name) {
+            let buf = storage(&self.gpu, io_bytes(io), &format!("state '{}'", io.name))?;
+            self.bufs.insert(
+                io.name.clone(),
+                StateBuf {
+                    io: io.clone(),
+                    buf,
+                },
+            );
+        }
+        let s = &self.bufs[&io.name];
+        if s.io.storage != io.storage || s.io.shape != io.shape {
+            return Err(RuntimeError::State {
+                name: io.name.clone(),
+                message: format!(
+                    "the shared buffer is {}{:?}, this program needs {}{:?}",
+                    s.io.storage, s.io.shape, io.storage, io.shape
+                ),
+            });
+        }
+        Ok(&s.buf)
+    }
+}
+
+impl DeviceState for WgpuState {
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.bufs.keys().cloned().collect();
+        v.sort();
+        v
+    }
+    fn read(&self, name: &str) -> Result<HostTensor> {
+        let s = self.bufs.get(name).ok_or_else(|| RuntimeError::State {
+            name: name.into(),
+            message: "no such state buffer (run a program that creates it first)".into(),
+        })?;
+        let enc = self.gpu.device.create_command_encoder(&Default::default());
+        let bytes = download(&self.gpu, &[(&s.buf, io_bytes(&s.io))], enc)?.remove(0);
+        HostTensor::new(s.io.storage, s.io.shape.clone(), bytes)
+    }
+    fn write(&mut self, name: &str, value: &HostTensor) -> Result<()> {
+        let s = self.bufs.get(name).ok_or_else(|| RuntimeError::State {
+            name: name.into(),
+            message: "no such state buffer".into(),
+        })?;
+        if value.shape() != s.io.shape.as_slice() {
+            return Err(RuntimeError::State {
+                name: name.into(),
+                message: format!("expected shape {:?}, got {:?}", s.io.shape, value.shape()),
+            });
+        }
+        let mut bytes = vec![0u8; io_bytes(&s.io)];
+        cast_bytes(value.bytes(), value.dtype(), &mut bytes, s.io.storage)?;
+        upload(&self.gpu, &s.buf, &bytes);
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Which buffer a binding lives in. Outputs that donate an input are that input's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Buf {
+    Input(usize),
+    Output(usize),
+    Weight(usize),
+    Const(usize),
+    Arena,
+}
+
+/// A compiled step: its pipeline, bind group layout, the buffers in binding order, and its
+/// dispatch size.
+struct StepPipe {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+    buffers: Vec<Buf>,
+    groups: (u32, u32),
+}
+
+pub struct WgpuExecutable {
+    gpu: Arc<Gpu>,
+    program: Program,
+    plan: IoPlan,
+    inputs: Vec<Option<wgpu::Buffer>>,
+    outputs: Vec<Option<wgpu::Buffer>>,
+    weights: Vec<Arc<wgpu::Buffer>>,
+    consts: Vec<wgpu::Buffer>,
+    arena: wgpu::Buffer,
+    steps: Vec<StepPipe>,
+}
+
+impl WgpuExecutable {
+    pub fn new(
+        gpu: Arc<Gpu>,
+        program: &Program,
+        weights: &dyn WeightSource,
+        cache: &mut HashMap<String, Weak<wgpu::Buffer>>,
+    ) -> Result<WgpuExecutable> {
+        let plan = prepare::check(program, weights, MAX_RANK)?;
+        let program = program.clone();
+        let inputs = program
+            .inputs
+            .iter()
+            .zip(&plan.state_input)
+            .map(|(io, &state)| {
+                (!state)
+                    .then(|| storage(&gpu, io_bytes(io), &format!("input '{}'", io.name)))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        let outputs = program
+            .outputs
+            .iter()
+            .zip(&plan.donates)
+            .map(|(io, d)| {
+                d.is_none()
+                    .then(|| storage(&gpu, io_bytes(io), &format!("output '{}'", io.name)))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        let weights = prepare::weights(&program, weights, cache, |name, host| {
+            let buf = storage(&gpu, host.bytes().len(), &format!("weight '{name}'"))?;
+            upload(&gpu, &buf, host.bytes());
+            Ok(buf)
+        })?;
+        let consts = program
+            .constants
+            .iter()
+            .map(|c| {
+                let bytes = prepare::constant_bytes(c)?;
+                let buf = storage(&gpu, bytes.len(), &format!("constant '{}'", c.name))?;
+                upload(&gpu, &buf, &bytes);
+                Ok(buf)
+            })
+            .collect::<Result<_>>()?;
+        let arena = storage(
+            &gpu,
+            usize::try_from(program.arena_bytes).unwrap_or(usize::MAX),
+            "the arena",
+        )?;
+        let mut exe = WgpuExecutable {
+            gpu,
+            program,
+            plan,
+            inputs,
+            outputs,
+            weights,
+            consts,
+            arena,
+            steps: Vec::new(),
+        };
+        exe.steps = (0..exe.program.steps.len())
+            .map(|i| exe.compile_step(i))
+            .collect::<Result<_>>()?;
+        Ok(exe)
+    }
+
+    fn buf_of(&self, b: &Binding) -> Buf {
+        match b.slot {
+            Slot::Input(i) => Buf::Input(i as usize),
+            Slot::Output(o) => match self.plan.donates[o as usize] {
+                Some(i) => Buf::Input(i),
+                None => Buf::Output(o as usize),
+            },
+            Slot::Weight(w) => Buf::Weight(w as usize),
+            Slot::Const(c) => Buf::Const(c as usize),
+            Slot::Arena => Buf::Arena,
+        }
+    }
+
+    fn compile_step(&self, i: usize) -> Result<StepPipe> {
+        let step = &self.program.steps[i];
+        let kind = step.kernel.kind();
+        let mut ids: Vec<Buf> = Vec::new();
+        let (ops, buffers) = wgsl::operands(step, |b| {
+            let buf = self.buf_of(b);
+            match ids.iter().position(|x| *x == buf) {
+                Some(p) => p,
+                None => {
+                    ids.push(buf);
+                    ids.len() - 1
+                }
+            }
+        });
+        let shader =
+            wgsl::shader(step, &ops, &buffers).map_err(|m| step_error(i, &step.origin, kind, m))?;
+        let device = &self.gpu.device;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(&step.origin),
+            source: wgpu::ShaderSource::Wgsl(shader.source.as_str().into()),
+        });
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..buffers.len() as u32)
+            .map(|b| wgpu::BindGroupLayoutEntry {
+                binding: b,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only: false },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+            .collect();
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &entries,
+        });
+        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&step.origin),
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(step_error(
+                i,
+                &step.origin,
+                kind,
+                format!("the generated WGSL was refused: {e}"),
+            ));
+        }
+        let groups = shader.items.div_ceil(u64::from(WORKGROUP)).max(1);
+        let max = u64::from(self.gpu.limits.max_compute_workgroups_per_dimension);
+        let x = groups.min(max);
+        let y = groups.div_ceil(x);
+        if y > max {
+            return Err(step_error(
+                i,
+                &step.origin,
+                kind,
+                format!("{} work items do not fit one dispatch", shader.items),
+            ));
+        }
+        let order = buffers.iter().map(|(id, _)| ids[*id]).collect();
+        Ok(StepPipe {
+            pipeline,
+            layout,
+            buffers: order,
+            groups: (x as u32, y as u32),
+        })
+    }
+
+    fn buffer<'a>(&'a self, b: Buf, state: &'a WgpuState) -> &'a wgpu::Buffer {
+        match b {
+            Buf::Input(i) => match &self.inputs[i] {
+                Some(buf) => buf,
+                None => &state.bufs[&self.program.inputs[i].name].buf,
+            },
+            Buf::Output(o) => self.outputs[o]
+                .as_ref()
+                .expect("a non-donating output has a buffer"),
+            Buf::Weight(w) => &self.weights[w],
+            Buf::Const(c) => &self.consts[c],
+            Buf::Arena => &self.arena,
+        }
+    }
+}
+
+impl Executable for WgpuExecutable {
+    fn program(&self) -> &Program {
+        &self.program
+    }
+
+    fn new_state(&self) -> Box<dyn DeviceState> {
+        Box::new(WgpuState {
+            gpu: self.gpu.clone(),
+            bufs: HashMap::new(),
+        })
+    }
+
+    fn run(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        state: &mut dyn DeviceState,
+    ) -> Result<Vec<(String, HostTensor)>> {
+        let state = downcast_state::<WgpuState>(state)?;
+        let mut provided = vec![false; self.program.inputs.len()];
+        for (name, t) in inputs {
+            let (i, io) = match_input(&self.program, name, t)?;
+            let mut bytes = vec![0u8; io_bytes(io)];
+            cast_bytes(t.bytes(), t.dtype(), &mut bytes, io.storage).map_err(|e| {
+                RuntimeError::Tensor {
+                    name: io.name.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+            let buf = match &self.inputs[i] {
+                Some(b) => b,
+                None => state.ensure(io)?,
+            };
+            upload(&self.gpu, buf, &bytes);
+            provided[i] = true;
+        }
+        for (i, io) in self.program.inputs.iter().enumerate() {
+            if self.plan.state_input[i] {
+                state.ensure(io)?;
+            } else if !provided[i] {
+                return Err(RuntimeError::MissingInput {
+                    name: io.name.clone(),
+                    dtype: io.dtype,
+                    shape: io.shape.clone(),
+                });
+            }
+        }
+        let device = &self.gpu.device;
+        let groups: Vec<wgpu::BindGroup> = self
+            .steps
+            .iter()
+            .map(|s| {
+                let entries: Vec<wgpu::BindGroupEntry> = s
+                    .buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(j, b)| wgpu::BindGroupEntry {
+                        binding: j as u32,
+                        resource: self.buffer(*b, state).as_entire_binding(),
+                    })
+                    .collect();
+                device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &s.layout,
+                    entries: &entries,
+                })
+            })
+            .collect();
+        let mut encoder = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            for (s, g) in self.steps.iter().zip(&groups) {
+                pass.set_pipeline(&s.pipeline);
+                pass.set_bind_group(0, g, &[]);
+                pass.dispatch_workgroups(s.groups.0, s.groups.1, 1);
+            }
+        }
+        let plain: Vec<(usize, &wgpu::Buffer)> = self
+            .outputs
+            .iter()
+            .enumerate()
+            .filter_map(|(o, b)| b.as_ref().map(|b| (o, b)))
+            .collect();
+        let reads: Vec<(&wgpu::Buffer, usize)> = plain
+            .iter()
+            .map(|(o, b)| (*b, io_bytes(&self.program.outputs[*o])))
+            .collect();
+        let bytes = download(&self.gpu, &reads, encoder)?;
+        plain
+            .iter()
+            .zip(bytes)
+            .map(|((o, _), b)| {
+                let io = &self.program.outputs[*o];
+                Ok((io.name.clone(), prepare::output_tensor(io, &b)?))
+            })
+            .collect()
+    }
+}
+
+/// Prepared executables share weight buffers through this cache.
+pub type WeightCache = HashMap<String, Weak<wgpu::Buffer>>;

@@ -1,0 +1,66 @@
+//! The portable GPU backend: compiled programs on any wgpu adapter (Vulkan, Metal, DX12, and
+//! software Vulkan such as Mesa's lavapipe, which is how CI runs it).
+//!
+//! Every kernel kind is generated as WGSL per step (`wgsl/`), with f16 and bf16 stored packed
+//! and converted in the shader and f32 arithmetic; the program's buffers, the KV cache state
+//! and the single readback per run are in `executable.rs`. The kernels are written for
+//! correctness on every layout first (one thread per output element or row); they are not
+//! tuned for speed yet.
+
+mod device;
+mod error;
+mod executable;
+pub mod wgsl;
+
+pub use error::WgpuError;
+pub use executable::{WgpuExecutable, WgpuState};
+
+use executable::WeightCache;
+use npu_program::Program;
+use npu_runtime::{Backend, Executable, Result, WeightSource};
+use std::sync::{Arc, Mutex};
+
+/// A wgpu device that prepares programs.
+pub struct WgpuBackend {
+    gpu: Arc<device::Gpu>,
+    weight_cache: Mutex<WeightCache>,
+}
+
+impl WgpuBackend {
+    /// Opens the best adapter (see `device.rs`; `NPU_WGPU_ADAPTER` picks one by name).
+    pub fn new() -> std::result::Result<WgpuBackend, WgpuError> {
+        Ok(WgpuBackend {
+            gpu: Arc::new(device::open()?),
+            weight_cache: Mutex::new(WeightCache::new()),
+        })
+    }
+
+    /// The adapter: name, type, driver and graphics API.
+    pub fn describe(&self) -> String {
+        let i = &self.gpu.info;
+        format!(
+            "{} ({:?}, {} {}, {:?})",
+            i.name, i.device_type, i.driver, i.driver_info, i.backend
+        )
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    fn prepare(
+        &self,
+        program: &Program,
+        weights: &dyn WeightSource,
+    ) -> Result<Box<dyn Executable>> {
+        let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(Box::new(executable::WgpuExecutable::new(
+            self.gpu.clone(),
+            program,
+            weights,
+            &mut cache,
+        )?))
+    }
+}

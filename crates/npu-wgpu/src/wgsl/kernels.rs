@@ -1,0 +1,491 @@
+//! The body of each kernel kind: one thread per output element, or per row where a row's
+//! statistics are shared (softmax, norms, attention). Written for correctness on every
+//! layout first; the contract of each kind is `npu_program::program::Kernel`'s.
+
+use super::pointwise::{self, lit};
+use super::{names, offset, round_to, unravel, Operand};
+use npu_program::program::{Kernel, PoolKind, ReduceOp, Step};
+use std::fmt::Write;
+
+fn numel(shape: &[usize]) -> u64 {
+    shape.iter().map(|&d| d as u64).product()
+}
+
+/// `act(v)` as an expression, or `v`.
+fn act(a: Option<npu_ir::UnaryOp>, v: &str) -> String {
+    a.map_or(v.to_string(), |u| pointwise::unary(u, v))
+}
+
+/// `acc += term(c)` for c in 0..n, eight terms per iteration: Mesa's llvmpipe (lavapipe)
+/// stops a shader invocation after 65535 loop iterations, and attention's dot products over
+/// long contexts would pass that one term at a time.
+fn dot_loop(acc: &str, n: usize, term: &dyn Fn(&str) -> String) -> String {
+    let mut s = String::new();
+    let body: Vec<String> = (0..8).map(|j| term(&format!("(c + {j}u)"))).collect();
+    let _ = writeln!(s, "            var c = 0u;");
+    let _ = writeln!(
+        s,
+        "            for (; c + 8u <= {n}u; c += 8u) {{ {acc} += {}; }}",
+        body.join(" + ")
+    );
+    let _ = writeln!(
+        s,
+        "            for (; c < {n}u; c++) {{ {acc} += {}; }}",
+        term("c")
+    );
+    s
+}
+
+/// The kernel body over work item `t` and the item count.
+pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
+    let n_in = step.inputs.len();
+    let out = &ops[n_in];
+    let o = n_in; // the output operand's index
+    let oshape = &out.shape;
+    let r = oshape.len();
+    let mut b = String::new();
+    let items = match &step.kernel {
+        Kernel::Fill { value } => {
+            b += &unravel("i", "t", oshape);
+            let _ = writeln!(
+                b,
+                "    st{o}({}, {});",
+                offset(out, &names("i", r)),
+                lit(*value)
+            );
+            numel(oshape)
+        }
+        Kernel::Copy => {
+            b += &unravel("i", "t", oshape);
+            let idx = names("i", r);
+            let (src, dst) = (&ops[0], out);
+            let (so, d) = (offset(src, &idx), offset(dst, &idx));
+            // Integers through i32 (the low word of an i64).
+            if !src.dtype.is_float() && !dst.dtype.is_float() {
+                let _ = writeln!(b, "    st{o}({d}, f32(ldi0({so})));");
+            } else {
+                let _ = writeln!(b, "    st{o}({d}, ld0({so}));");
+            }
+            numel(oshape)
+        }
+        Kernel::Elementwise { expr } => {
+            b += &unravel("i", "t", oshape);
+            let idx = names("i", r);
+            let mut inputs = Vec::new();
+            for (k, op) in ops[..n_in].iter().enumerate() {
+                let _ = writeln!(b, "    let x{k} = ld{k}({});", offset(op, &idx));
+                inputs.push(format!("x{k}"));
+            }
+            let (code, res) = pointwise::expr(expr, &inputs, round_to);
+            b += &code;
+            let _ = writeln!(b, "    st{o}({}, {res});", offset(out, &idx));
+            numel(oshape)
+        }
+        Kernel::Gemm {
+            alpha,
+            beta,
+            act: a,
+            residual,
+            norm,
+        } => {
+            let (x, w) = (&ops[0], &ops[1]);
+            let n_norm = usize::from(norm.is_some());
+            let bias = (n_in - n_norm == 3).then_some(2);
+            let nw = norm.map(|_| n_in - 1);
+            let k = x.shape[x.shape.len() - 1];
+            b += &unravel("i", "t", oshape);
+            let idx = names("i", r);
+            let mut xi = idx.clone();
+            xi[r - 1] = "kk".into();
+            let mut wi = idx.clone();
+            wi[r - 2] = "kk".into();
+            let (xo, wo) = (offset(x, &xi), offset(w, &wi));
+            let xround = round_to(x.dtype, "v");
+            if let (Some(eps), Some(nw)) = (norm, nw) {
+                let _ = writeln!(b, "    var ss = 0.0;");
+                let _ = writeln!(
+                    b,
+                    "    for (var kk = 0u; kk < {k}u; kk++) {{ let v = ld0({xo}); ss += v * v; }}"
+                );
+                let _ = writeln!(
+                    b,
+                    "    let inv = inverseSqrt(ss / {}.0 + {});",
+                    k,
+                    lit(f64::from(*eps))
+                );
+                let nwo = offset(&ops[nw], &["kk".to_string()]);
+                let _ = writeln!(b, "    var acc = 0.0;");
+                let _ = writeln!(
+                    b,
+                    "    for (var kk = 0u; kk < {k}u; kk++) {{ var v = ld0({xo}) * inv; v = {xround}; v = v * ld{nw}({nwo}); v = {xround}; acc += v * ld1({wo}); }}"
+                );
+            } else {
+                let _ = writeln!(b, "    var acc = 0.0;");
+                let _ = writeln!(
+                    b,
+                    "    for (var kk = 0u; kk < {k}u; kk++) {{ acc += ld0({xo}) * ld1({wo}); }}"
+                );
+            }
+            let _ = writeln!(b, "    var p = {} * acc;", lit(f64::from(*alpha)));
+            if let Some(bi) = bias {
+                let bo = offset(&ops[bi], &idx);
+                if *residual {
+                    let _ = writeln!(
+                        b,
+                        "    p = {} + {} * ld{bi}({bo});",
+                        round_to(out.dtype, "p"),
+                        lit(f64::from(*beta))
+                    );
+                } else {
+                    let _ = writeln!(b, "    p = p + {} * ld{bi}({bo});", lit(f64::from(*beta)));
+                }
+            }
+            let _ = writeln!(b, "    st{o}({}, {});", offset(out, &idx), act(*a, "p"));
+            numel(oshape)
+        }
+        Kernel::Conv2d {
+            stride,
+            padding,
+            dilation,
+            groups,
+            act: a,
+        } => {
+            let (x, w) = (&ops[0], &ops[1]);
+            let (h, wd) = (x.shape[2], x.shape[3]);
+            let (cout, cg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+            let og = cout / groups.max(&1);
+            b += &unravel("i", "t", oshape);
+            let _ = writeln!(b, "    let g = i1 / {og}u;");
+            let _ = writeln!(b, "    var acc = 0.0;");
+            let xo = offset(
+                x,
+                &[
+                    "i0".into(),
+                    "(g * {cg}u + ci)".replace("{cg}", &cg.to_string()),
+                    "u32(y)".into(),
+                    "u32(xx)".into(),
+                ],
+            );
+            let wo = offset(w, &["i1".into(), "ci".into(), "ky".into(), "kx".into()]);
+            let _ = writeln!(
+                b,
+                "    for (var ci = 0u; ci < {cg}u; ci++) {{ for (var ky = 0u; ky < {kh}u; ky++) {{ for (var kx = 0u; kx < {kw}u; kx++) {{
+        let y = i32(i2 * {s0}u + ky * {d0}u) - {p0}; let xx = i32(i3 * {s1}u + kx * {d1}u) - {p1};
+        if (y >= 0 && y < {h} && xx >= 0 && xx < {wd}) {{ acc += ld0({xo}) * ld1({wo}); }}
+    }} }} }}",
+                s0 = stride[0],
+                s1 = stride[1],
+                d0 = dilation[0],
+                d1 = dilation[1],
+                p0 = padding[0],
+                p1 = padding[1],
+            );
+            if n_in == 3 {
+                let _ = writeln!(b, "    acc += ld2({});", offset(&ops[2], &["i1".into()]));
+            }
+            let _ = writeln!(
+                b,
+                "    st{o}({}, {});",
+                offset(out, &names("i", 4)),
+                act(*a, "acc")
+            );
+            numel(oshape)
+        }
+        Kernel::Pool2d {
+            kind,
+            kernel,
+            stride,
+            padding,
+            dilation,
+        } => {
+            let x = &ops[0];
+            let (h, wd) = (x.shape[2], x.shape[3]);
+            b += &unravel("i", "t", oshape);
+            let xo = offset(
+                x,
+                &["i0".into(), "i1".into(), "u32(y)".into(), "u32(xx)".into()],
+            );
+            let _ = writeln!(
+                b,
+                "    let y0 = i32(i2 * {s0}u) - {p0}; let x0 = i32(i3 * {s1}u) - {p1};
+    var mx = -p_inf(); var sum = 0.0; var cnt = 0.0;
+    for (var ky = 0; ky < {k0}; ky++) {{ for (var kx = 0; kx < {k1}; kx++) {{
+        let y = y0 + ky * {d0}; let xx = x0 + kx * {d1};
+        if (y >= 0 && y < {h} && xx >= 0 && xx < {wd}) {{ let v = ld0({xo}); if (p_isnan(v) || v > mx) {{ mx = v; }} sum += v; cnt += 1.0; }}
+    }} }}",
+                s0 = stride[0],
+                s1 = stride[1],
+                p0 = padding[0],
+                p1 = padding[1],
+                k0 = kernel[0],
+                k1 = kernel[1],
+                d0 = dilation[0],
+                d1 = dilation[1],
+            );
+            let v = match kind {
+                PoolKind::Max => "mx".to_string(),
+                PoolKind::Avg {
+                    divisor: Some(d), ..
+                } => format!("sum / {}.0", d),
+                PoolKind::Avg {
+                    count_include_pad: true,
+                    ..
+                } => {
+                    let _ = writeln!(
+                        b,
+                        "    let area = f32((min(y0 + {k0}, {hp}) - y0) * (min(x0 + {k1}, {wp}) - x0));",
+                        k0 = kernel[0],
+                        k1 = kernel[1],
+                        hp = h + padding[0],
+                        wp = wd + padding[1]
+                    );
+                    "sum / area".to_string()
+                }
+                PoolKind::Avg { .. } => "sum / cnt".to_string(),
+            };
+            let _ = writeln!(b, "    st{o}({}, {v});", offset(out, &names("i", 4)));
+            numel(oshape)
+        }
+        Kernel::AdaptiveAvgPool2d => {
+            let x = &ops[0];
+            let (h, wd) = (x.shape[2], x.shape[3]);
+            let (oh, ow) = (oshape[2], oshape[3]);
+            b += &unravel("i", "t", oshape);
+            let xo = offset(x, &["i0".into(), "i1".into(), "y".into(), "xx".into()]);
+            let _ = writeln!(
+                b,
+                "    let h0 = i2 * {h}u / {oh}u; let h1 = ((i2 + 1u) * {h}u + {oh}u - 1u) / {oh}u;
+    let w0 = i3 * {wd}u / {ow}u; let w1 = ((i3 + 1u) * {wd}u + {ow}u - 1u) / {ow}u;
+    var sum = 0.0;
+    for (var y = h0; y < h1; y++) {{ for (var xx = w0; xx < w1; xx++) {{ sum += ld0({xo}); }} }}
+    st{o}({}, sum / f32((h1 - h0) * (w1 - w0)));",
+                offset(out, &names("i", 4))
+            );
+            numel(oshape)
+        }
+        Kernel::Softmax { scale } => {
+            let d = oshape[r - 1];
+            let lead = &oshape[..r - 1];
+            b += &unravel("i", "t", lead);
+            let mut idx = names("i", r - 1);
+            idx.push("c".into());
+            let xo = offset(&ops[0], &idx);
+            let mask = if n_in == 2 {
+                format!(" + ld1({})", offset(&ops[1], &idx))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                b,
+                "    var m = -p_inf(); var nan = false;
+    for (var c = 0u; c < {d}u; c++) {{ let v = {sc} * ld0({xo}){mask}; if (p_isnan(v)) {{ nan = true; }} if (v > m) {{ m = v; }} }}
+    var z = 0.0;
+    for (var c = 0u; c < {d}u; c++) {{ z += exp({sc} * ld0({xo}){mask} - m); }}
+    for (var c = 0u; c < {d}u; c++) {{
+        var p = exp({sc} * ld0({xo}){mask} - m) / z;
+        if (nan || m == -p_inf()) {{ p = p_nan(); }}
+        st{o}({}, p);
+    }}",
+                offset(out, &idx),
+                sc = lit(f64::from(*scale)),
+            );
+            numel(lead)
+        }
+        Kernel::RmsNorm { eps } => {
+            let d = oshape[r - 1];
+            let lead = &oshape[..r - 1];
+            b += &unravel("i", "t", lead);
+            let mut idx = names("i", r - 1);
+            idx.push("c".into());
+            let xo = offset(&ops[0], &idx);
+            let wo = offset(&ops[1], &["c".to_string()]);
+            let _ = writeln!(
+                b,
+                "    var ss = 0.0;
+    for (var c = 0u; c < {d}u; c++) {{ let v = ld0({xo}); ss += v * v; }}
+    let inv = inverseSqrt(ss / {d}.0 + {e});
+    for (var c = 0u; c < {d}u; c++) {{ let v = ld0({xo}) * inv; st{o}({}, {} * ld1({wo})); }}",
+                offset(out, &idx),
+                round_to(out.dtype, "v"),
+                e = lit(f64::from(*eps)),
+            );
+            numel(lead)
+        }
+        Kernel::LayerNorm {
+            eps,
+            has_weight,
+            has_bias,
+        } => {
+            let d = oshape[r - 1];
+            let lead = &oshape[..r - 1];
+            b += &unravel("i", "t", lead);
+            let mut idx = names("i", r - 1);
+            idx.push("c".into());
+            let xo = offset(&ops[0], &idx);
+            let c = ["c".to_string()];
+            let w = if *has_weight {
+                format!(" * ld1({})", offset(&ops[1], &c))
+            } else {
+                String::new()
+            };
+            let bk = 1 + usize::from(*has_weight);
+            let bias = if *has_bias {
+                format!(" + ld{bk}({})", offset(&ops[bk], &c))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                b,
+                "    var s = 0.0;
+    for (var c = 0u; c < {d}u; c++) {{ s += ld0({xo}); }}
+    let mean = s / {d}.0;
+    var q = 0.0;
+    for (var c = 0u; c < {d}u; c++) {{ let v = ld0({xo}) - mean; q += v * v; }}
+    let inv = inverseSqrt(q / {d}.0 + {e});
+    for (var c = 0u; c < {d}u; c++) {{ st{o}({}, (ld0({xo}) - mean) * inv{w}{bias}); }}",
+                offset(out, &idx),
+                e = lit(f64::from(*eps)),
+            );
+            numel(lead)
+        }
+        Kernel::Reduce { op, reduced } => {
+            let x = &ops[0];
+            let xr = x.shape.len();
+            let lead = &x.shape[..xr - reduced];
+            let tail = &x.shape[xr - reduced..];
+            let count = numel(tail);
+            b += &unravel("i", "t", lead);
+            let mut idx = names("i", lead.len());
+            idx.extend(names("j", tail.len()));
+            let _ = writeln!(
+                b,
+                "    var s = 0.0;\n    for (var u = 0u; u < {count}u; u++) {{"
+            );
+            b += &unravel("j", "u", tail);
+            let _ = writeln!(b, "    s += ld0({}); }}", offset(x, &idx));
+            // The output has the leading dims' elements, whatever its shape says of them.
+            b += &unravel("k", "t", oshape);
+            let v = match op {
+                ReduceOp::Sum => "s".to_string(),
+                ReduceOp::Mean => format!("s / {count}.0"),
+            };
+            let _ = writeln!(b, "    st{o}({}, {v});", offset(out, &names("k", r)));
+            numel(lead)
+        }
+        Kernel::Embedding => {
+            let (table, ids) = (&ops[0], &ops[1]);
+            let v = table.shape[0];
+            b += &unravel("i", "t", oshape);
+            let idx = names("i", r);
+            let io = offset(ids, &idx[..r - 1]);
+            let to = offset(table, &["u32(id)".into(), format!("i{}", r - 1)]);
+            // An id outside the table writes NaN (the shader cannot refuse): visible, never
+            // a silent read of another row.
+            let _ = writeln!(
+                b,
+                "    let id = ldi1({io});\n    var v = p_nan();\n    if (id >= 0 && id < {v}) {{ v = ld0({to}); }}\n    st{o}({}, v);",
+                offset(out, &idx)
+            );
+            numel(oshape)
+        }
+        Kernel::IndexCopy { axis } => {
+            let (index, src) = (&ops[0], &ops[1]);
+            let sr = src.shape.len();
+            b += &unravel("i", "t", &src.shape);
+            let idx = names("i", sr);
+            let mut di = idx.clone();
+            di[*axis] = "u32(slot)".into();
+            let n = out.shape[*axis];
+            let _ = writeln!(
+                b,
+                "    let slot = ldi0({});\n    if (slot >= 0 && slot < {n}) {{ st{o}({}, ld1({})); }}",
+                offset(index, &[format!("i{axis}")]),
+                offset(out, &di),
+                offset(src, &idx)
+            );
+            numel(&src.shape)
+        }
+        Kernel::Rope => {
+            let d = oshape[r - 1];
+            let half = d / 2;
+            b += &unravel("i", "t", oshape);
+            let idx = names("i", r);
+            let mut lo = idx.clone();
+            lo[r - 1] = format!("(i{} + {half}u)", r - 1);
+            let mut hi = idx.clone();
+            hi[r - 1] = format!("(i{} - {half}u)", r - 1);
+            let _ = writeln!(
+                b,
+                "    var rot = 0.0;\n    if (i{l} < {half}u) {{ rot = -ld0({}); }} else {{ rot = ld0({}); }}\n    st{o}({}, ld0({}) * ld1({}) + rot * ld2({}));",
+                offset(&ops[0], &lo),
+                offset(&ops[0], &hi),
+                offset(out, &idx),
+                offset(&ops[0], &idx),
+                offset(&ops[1], &idx),
+                offset(&ops[2], &idx),
+                l = r - 1,
+            );
+            numel(oshape)
+        }
+        Kernel::Attention { scale, causal } => {
+            // One thread per output element with an online softmax over t. (One thread per row
+            // with a private array of D accumulators gave zeros on lavapipe, Mesa 22.3, for
+            // D = 128 and T = 300.)
+            let (q, k) = (&ops[0], &ops[1]);
+            let h = q.shape[1];
+            let (kvh, tlen, d) = (k.shape[1], k.shape[2], q.shape[3]);
+            let g = h / kvh.max(1);
+            b += &unravel("i", "t", oshape);
+            let kv = |op: &Operand, c: &str| {
+                offset(
+                    op,
+                    &["i0".into(), format!("(i1 / {g}u)"), "tt".into(), c.into()],
+                )
+            };
+            let mo = if n_in == 4 {
+                format!(
+                    "ld3({})",
+                    offset(
+                        &ops[3],
+                        &["i0".into(), "i1".into(), "i2".into(), "tt".into()]
+                    )
+                )
+            } else {
+                "0.0".into()
+            };
+            let tmax = if *causal {
+                format!("min(i2 + 1u, {tlen}u)")
+            } else {
+                format!("{tlen}u")
+            };
+            let _ = writeln!(
+                b,
+                "    var m = -3.0e38; var l = 0.0; var acc = 0.0;
+    for (var tt = 0u; tt < {tmax}; tt++) {{
+        let mv = {mo};
+        if (mv > -65504.0) {{
+            var dot = 0.0;
+{dot}
+            let sc = dot * {sc} + mv;
+            // Online softmax, rescaled only when the maximum moves.
+            if (sc > m) {{ let corr = exp(m - sc); l = l * corr; acc = acc * corr; m = sc; }}
+            let p = exp(sc - m);
+            l = l + p;
+            acc = acc + p * ld2({vo});
+        }}
+    }}
+    st{o}({oo}, select(acc / l, 0.0, l == 0.0));",
+                dot = dot_loop("dot", d, &|c: &str| format!(
+                    "ld0({}) * ld1({})",
+                    offset(q, &["i0".into(), "i1".into(), "i2".into(), c.into()]),
+                    kv(k, c)
+                )),
+                vo = kv(&ops[2], "i3"),
+                oo = offset(out, &names("i", 4)),
+                sc = lit(f64::from(*scale)),
+            );
+            numel(oshape)
+        }
+    };
+    Ok((b, items))
+}

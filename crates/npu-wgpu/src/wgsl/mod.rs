@@ -1,0 +1,274 @@
+//! WGSL generation: one compute shader per program step, with the step's shapes, strides,
+//! offsets and dtypes written into it as constants.
+//!
+//! Buffers are `array<u32>` (or `array<atomic<u32>>`) bound once each; every operand reads
+//! and writes its elements through functions generated for its dtype (`ld{k}`, `ldi{k}`,
+//! `st{k}`), so kernels are written once for f32, f16, bf16, integer and bool storage. f16
+//! and bf16 are unpacked from and packed into 32-bit words (no `shader-f16` needed); an
+//! output narrower than 32 bits is written with atomic and/or on its word, since two threads
+//! may own the two halves of one word. Arithmetic is f32.
+//!
+//! Invariant: the step passed `Kernel::check` (the shared preparation path), so shapes and
+//! arities are the contract's; what this module refuses is what WGSL or the adapter cannot do
+//! (element offsets beyond u32, dtypes it has no access for, attention head dims over 256).
+
+mod kernels;
+pub mod pointwise;
+
+use npu_ir::DType;
+use npu_program::program::{Binding, Step};
+use std::fmt::Write;
+
+/// Threads per workgroup; dispatches are two-dimensional beyond 65535 workgroups.
+pub const WORKGROUP: u32 = 64;
+
+/// One operand of the step: which binding holds it and how it is laid out there.
+#[derive(Debug, Clone)]
+pub struct Operand {
+    pub binding: usize,
+    pub dtype: DType,
+    /// Element offset of the operand's first element in its buffer.
+    pub base: u64,
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
+}
+
+/// A generated shader: its source, the buffers it binds (indices into the caller's list of
+/// distinct buffers, in binding order) and the number of work items.
+#[derive(Debug, Clone)]
+pub struct Shader {
+    pub source: String,
+    pub items: u64,
+}
+
+/// The operands of `step` given the buffer each binding lives in (`buffer_of` maps a binding
+/// to a buffer id; operands on one buffer share one binding). Returns the operands (inputs
+/// then outputs) and, for each distinct buffer in binding order, its id and whether the step
+/// writes it with sub-word stores.
+pub fn operands(
+    step: &Step,
+    mut buffer_of: impl FnMut(&Binding) -> usize,
+) -> (Vec<Operand>, Vec<(usize, bool)>) {
+    let mut buffers: Vec<(usize, bool)> = Vec::new();
+    let n_in = step.inputs.len();
+    let ops = step
+        .inputs
+        .iter()
+        .chain(&step.outputs)
+        .enumerate()
+        .map(|(k, b)| {
+            let id = buffer_of(b);
+            let narrow_write = k >= n_in && b.dtype.size_bytes() < 4;
+            let binding = match buffers.iter().position(|(i, _)| *i == id) {
+                Some(p) => {
+                    buffers[p].1 |= narrow_write;
+                    p
+                }
+                None => {
+                    buffers.push((id, narrow_write));
+                    buffers.len() - 1
+                }
+            };
+            Operand {
+                binding,
+                dtype: b.dtype,
+                base: b.byte_offset / b.dtype.size_bytes() as u64,
+                shape: b.shape.clone(),
+                strides: b.strides.clone(),
+            }
+        })
+        .collect();
+    (ops, buffers)
+}
+
+/// The shader of `step` over `ops` (inputs then outputs) bound as `buffers`.
+pub fn shader(step: &Step, ops: &[Operand], buffers: &[(usize, bool)]) -> Result<Shader, String> {
+    let n_in = step.inputs.len();
+    let mut src = String::new();
+    for (j, (_, atomic)) in buffers.iter().enumerate() {
+        let ty = if *atomic {
+            "array<atomic<u32>>"
+        } else {
+            "array<u32>"
+        };
+        let _ = writeln!(
+            src,
+            "@group(0) @binding({j}) var<storage, read_write> b{j}: {ty};"
+        );
+        if *atomic {
+            let _ = writeln!(
+                src,
+                "fn w{j}(i: u32) -> u32 {{ return atomicLoad(&b{j}[i]); }}"
+            );
+            let _ = writeln!(
+                src,
+                "fn sw{j}(i: u32, v: u32) {{ atomicStore(&b{j}[i], v); }}"
+            );
+            let _ = writeln!(
+                src,
+                "fn sp{j}(i: u32, v: u32, mask: u32) {{ atomicAnd(&b{j}[i], ~mask); atomicOr(&b{j}[i], v & mask); }}"
+            );
+        } else {
+            let _ = writeln!(src, "fn w{j}(i: u32) -> u32 {{ return b{j}[i]; }}");
+            let _ = writeln!(src, "fn sw{j}(i: u32, v: u32) {{ b{j}[i] = v; }}");
+        }
+    }
+    src.push_str(CONVERT);
+    src.push_str(pointwise::PRELUDE);
+    for (k, op) in ops.iter().enumerate() {
+        access(&mut src, k, op, k >= n_in, buffers[op.binding].1)?;
+    }
+    let (body, items) = kernels::body(step, ops)?;
+    if items > u64::from(u32::MAX) {
+        return Err(format!("{items} work items, more than 2^32"));
+    }
+    let _ = write!(
+        src,
+        "@compute @workgroup_size({WORKGROUP})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = gid.x + gid.y * nwg.x * {WORKGROUP}u;\n    if (t >= {items}u) {{ return; }}\n{body}}}\n"
+    );
+    Ok(Shader { source: src, items })
+}
+
+/// f32 to f16 and bf16 bits, round to nearest even, NaN and overflow as IEEE has them
+/// (`pack2x16float` leaves out-of-range values undefined).
+const CONVERT: &str = r#"
+fn cv_f16(v: f32) -> u32 {
+    let x = bitcast<u32>(v);
+    let s = (x >> 16u) & 0x8000u;
+    let a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) { return s | 0x7e00u; }
+    if (a >= 0x477ff000u) { return s | 0x7c00u; }
+    if (a >= 0x38800000u) { return s | ((a + 0x0fffu + ((a >> 13u) & 1u) - 0x38000000u) >> 13u); }
+    return s | u32(round(abs(v) * 16777216.0));
+}
+fn cv_bf16(v: f32) -> u32 {
+    let x = bitcast<u32>(v);
+    if ((x & 0x7fffffffu) > 0x7f800000u) { return (x >> 16u) | 0x40u; }
+    return (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
+}
+fn rd_f16(v: f32) -> f32 { return unpack2x16float(cv_f16(v)).x; }
+fn rd_bf16(v: f32) -> f32 { return bitcast<f32>(cv_bf16(v) << 16u); }
+"#;
+
+/// `v` rounded to `dt` as stored (a cast inside an expression, a residual's rounding).
+pub fn round_to(dt: DType, v: &str) -> String {
+    match dt {
+        DType::F16 => format!("rd_f16({v})"),
+        DType::BF16 => format!("rd_bf16({v})"),
+        DType::Bool => format!("p_b(!({v} == 0.0))"),
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 => format!("trunc({v})"),
+        DType::F32 | DType::F64 => v.to_string(),
+    }
+}
+
+/// `ld{k}(o) -> f32`, `ldi{k}(o) -> i32` and, for outputs, `st{k}(o, v: f32)`, where `o`
+/// is the element offset from the operand's base.
+fn access(
+    src: &mut String,
+    k: usize,
+    op: &Operand,
+    output: bool,
+    atomic: bool,
+) -> Result<(), String> {
+    let j = op.binding;
+    let base = op.base;
+    if base > u64::from(u32::MAX) / 2 {
+        return Err(format!(
+            "operand {k} starts at element {base}, beyond u32 offsets"
+        ));
+    }
+    let (ld, ldi) = match op.dtype {
+        DType::F32 => ("bitcast<f32>(w{j}(e))".to_string(), "i32(bitcast<f32>(w{j}(e)))".to_string()),
+        DType::F16 => (
+            "unpack2x16float(w{j}(e >> 1u))[e & 1u]".into(),
+            "i32(unpack2x16float(w{j}(e >> 1u))[e & 1u])".into(),
+        ),
+        DType::BF16 => (
+            "bitcast<f32>(select(w{j}(e >> 1u) << 16u, w{j}(e >> 1u) & 0xffff0000u, (e & 1u) == 1u))".into(),
+            "i32(bitcast<f32>(select(w{j}(e >> 1u) << 16u, w{j}(e >> 1u) & 0xffff0000u, (e & 1u) == 1u)))".into(),
+        ),
+        // The low word: ids, positions and indices fit 32 bits (larger ones are refused by
+        // the kernels that read them).
+        DType::I64 => ("f32(bitcast<i32>(w{j}(2u * e)))".into(), "bitcast<i32>(w{j}(2u * e))".into()),
+        DType::I32 => ("f32(bitcast<i32>(w{j}(e)))".into(), "bitcast<i32>(w{j}(e))".into()),
+        DType::Bool | DType::U8 => (
+            "f32((w{j}(e >> 2u) >> ((e & 3u) * 8u)) & 0xffu)".into(),
+            "i32((w{j}(e >> 2u) >> ((e & 3u) * 8u)) & 0xffu)".into(),
+        ),
+        other => return Err(format!("no WGSL access for {other}")),
+    };
+    let ld = ld.replace("{j}", &j.to_string());
+    let ldi = ldi.replace("{j}", &j.to_string());
+    let _ = writeln!(
+        src,
+        "fn ld{k}(o: u32) -> f32 {{ let e = o + {base}u; return {ld}; }}"
+    );
+    let _ = writeln!(
+        src,
+        "fn ldi{k}(o: u32) -> i32 {{ let e = o + {base}u; return {ldi}; }}"
+    );
+    if output {
+        let store = match op.dtype {
+            DType::F32 => format!("sw{j}(e, bitcast<u32>(v));"),
+            DType::I32 => format!("sw{j}(e, bitcast<u32>(i32(v)));"),
+            DType::I64 => format!(
+                "let x = i32(v); sw{j}(2u * e, bitcast<u32>(x)); sw{j}(2u * e + 1u, select(0u, 0xffffffffu, x < 0));"
+            ),
+            DType::F16 | DType::BF16 if atomic => {
+                let cv = if op.dtype == DType::F16 { "cv_f16" } else { "cv_bf16" };
+                format!("let sh = (e & 1u) * 16u; sp{j}(e >> 1u, {cv}(v) << sh, 0xffffu << sh);")
+            }
+            DType::Bool | DType::U8 if atomic => {
+                let val = if op.dtype == DType::Bool { "select(1u, 0u, v == 0.0)" } else { "u32(clamp(v, 0.0, 255.0))" };
+                format!("let sh = (e & 3u) * 8u; sp{j}(e >> 2u, {val} << sh, 0xffu << sh);")
+            }
+            other => return Err(format!("no WGSL store for {other}")),
+        };
+        let _ = writeln!(
+            src,
+            "fn st{k}(o: u32, v: f32) {{ let e = o + {base}u; {store} }}"
+        );
+    }
+    Ok(())
+}
+
+/// Statements declaring `{p}0..{p}{r-1}` as the row-major index of linear `lin` in `shape`.
+pub fn unravel(p: &str, lin: &str, shape: &[usize]) -> String {
+    let mut s = format!("    var {p}_rem = {lin};\n");
+    for d in (0..shape.len()).rev() {
+        let n = shape[d].max(1);
+        let _ = writeln!(
+            s,
+            "    let {p}{d} = {p}_rem % {n}u; {p}_rem = {p}_rem / {n}u;"
+        );
+    }
+    s
+}
+
+/// The element offset of index expressions `idx` in operand `op` (terms with stride 0 or a
+/// dim of 1 dropped).
+pub fn offset(op: &Operand, idx: &[String]) -> String {
+    let terms: Vec<String> = idx
+        .iter()
+        .zip(&op.strides)
+        .zip(&op.shape)
+        .filter(|((_, s), n)| **s != 0 && **n != 1)
+        .map(|((i, s), _)| {
+            if *s == 1 {
+                i.clone()
+            } else {
+                format!("{i} * {s}u")
+            }
+        })
+        .collect();
+    if terms.is_empty() {
+        "0u".into()
+    } else {
+        format!("({})", terms.join(" + "))
+    }
+}
+
+/// `{p}0 .. {p}{n-1}` as index expressions.
+pub fn names(p: &str, n: usize) -> Vec<String> {
+    (0..n).map(|d| format!("{p}{d}")).collect()
+}
