@@ -8,8 +8,8 @@ import functools
 from . import _native
 from ._errors import BackendUnavailableError
 
-# best first: a GPU when there is one, then the reference CPU backend
-PREFERENCE = ("cuda", "cpu")
+# best first: CUDA, a GPU through wgpu (Vulkan, Metal, DX12), then the reference CPU backend
+PREFERENCE = ("cuda", "wgpu", "cpu")
 
 
 @functools.cache

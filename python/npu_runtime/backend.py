@@ -1,7 +1,8 @@
-"""Backends: the reference's ``Backend`` interface over the native backends (cpu, cuda).
+"""Backends: the reference's ``Backend`` interface over the native backends (cpu, cuda, wgpu).
 
-``MetalBackend()`` has no Metal device to run on: it runs on the best available backend and says
-so in one warning, so the reference's snippets run unchanged on any machine.
+``MetalBackend()`` is the portable GPU backend, wgpu (Metal on Apple Silicon, Vulkan or DX12
+elsewhere). Where no GPU adapter answers it runs on the best available backend and says so in
+one warning, so the reference's snippets run unchanged on any machine.
 """
 
 from __future__ import annotations
@@ -79,15 +80,20 @@ class CUDABackend(NativeBackend):
 
 
 class MetalBackend(NativeBackend):
-    """The portable-GPU slot of the reference; there is no Metal backend, so this is the best available one."""
+    """The reference's GPU backend: wgpu on a GPU adapter, else the best available backend."""
 
     def __init__(self, config: Any = None) -> None:
         del config
+        why = _backends.availability().get("wgpu")
+        if why is None:
+            super().__init__("wgpu")
+            return
         name = _backends.best_name()
-        warnings.warn(f"npu: no Metal backend exists here; MetalBackend() runs on the '{name}' backend", stacklevel=2)
+        msg = f"npu: no GPU adapter for wgpu ({why}); MetalBackend() runs on the '{name}' backend"
+        warnings.warn(msg, stacklevel=2)
         super().__init__(name)
 
 
 def best_backend() -> NativeBackend:
-    """The best backend that can start here: CUDA, then CPU."""
+    """The best backend that can start here: CUDA, then a wgpu GPU adapter, then CPU."""
     return NativeBackend(_backends.best_name())

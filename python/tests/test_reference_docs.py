@@ -138,8 +138,12 @@ def test_readme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest
     assert_matches(dag_out, want, "README 3b (DAGExecutor)")
     assert ns["ir"].model_name == "my_model"
     assert Path("model.npubin").is_file()
+    # MetalBackend() runs on wgpu where a GPU adapter answers, else falls back with one warning.
+    from npu import _backends
+
     metal = [w for w in recwarn if "Metal" in str(w.message)]
-    assert len(metal) == 1, [str(w.message) for w in recwarn]
+    fallback = _backends.availability().get("wgpu") is not None
+    assert len(metal) == int(fallback), [str(w.message) for w in recwarn]
 
 
 def test_usage_guide(

@@ -95,6 +95,7 @@ impl PyWeights {
 pub(crate) enum AnyBackend {
     Cpu(CpuBackend),
     Cuda(npu_cuda::CudaBackend),
+    Wgpu(npu_wgpu::WgpuBackend),
 }
 
 impl AnyBackend {
@@ -102,6 +103,7 @@ impl AnyBackend {
         match self {
             AnyBackend::Cpu(b) => b,
             AnyBackend::Cuda(b) => b,
+            AnyBackend::Wgpu(b) => b,
         }
     }
 }
@@ -117,9 +119,17 @@ pub(crate) fn open_backend(name: &str) -> Res<AnyBackend> {
                     format!("the cuda backend cannot start: {e}"),
                 )
             }),
+        "wgpu" => npu_wgpu::WgpuBackend::new()
+            .map(AnyBackend::Wgpu)
+            .map_err(|e| {
+                Fail::new(
+                    "BackendUnavailableError",
+                    format!("the wgpu backend cannot start: {e}"),
+                )
+            }),
         other => Err(Fail::new(
             "BackendUnavailableError",
-            format!("unknown backend '{other}' (known: cpu, cuda)"),
+            format!("unknown backend '{other}' (known: cpu, cuda, wgpu)"),
         )),
     }
 }
@@ -167,13 +177,24 @@ impl PyBackend {
         })
     }
 
-    /// `[(name, None | why it cannot start)]` for every backend this build knows.
+    /// `[(name, None | why it cannot start)]` for every backend this build knows. A wgpu
+    /// backend on a software adapter (lavapipe) starts, but is reported with that reason so
+    /// that "the best backend" never picks it over the CPU backend.
     #[staticmethod]
     fn available() -> PyResult<Vec<(String, Option<String>)>> {
         guard(|| {
-            Ok(["cuda", "cpu"]
+            Ok(["cuda", "wgpu", "cpu"]
                 .iter()
-                .map(|n| (n.to_string(), open_backend(n).err().map(|e| e.msg)))
+                .map(|n| {
+                    let why = match open_backend(n) {
+                        Ok(AnyBackend::Wgpu(b)) if b.is_software() => {
+                            Some(format!("only a software adapter: {}", b.describe()))
+                        }
+                        Ok(_) => None,
+                        Err(e) => Some(e.msg),
+                    };
+                    (n.to_string(), why)
+                })
                 .collect())
         })
     }
@@ -187,6 +208,7 @@ impl PyBackend {
         match &*lock(&self.inner) {
             AnyBackend::Cpu(_) => "cpu (the reference backend)".into(),
             AnyBackend::Cuda(b) => format!("cuda: {}", b.describe()),
+            AnyBackend::Wgpu(b) => format!("wgpu: {}", b.describe()),
         }
     }
 
@@ -206,6 +228,7 @@ impl PyBackend {
             let exe = match &*lock(&b) {
                 AnyBackend::Cuda(c) => Exe::Cuda(Box::new(c.prepare_cuda(&p, w.as_ref())?)),
                 AnyBackend::Cpu(c) => Exe::Dyn(c.prepare(&p, w.as_ref())?),
+                AnyBackend::Wgpu(c) => Exe::Dyn(c.prepare(&p, w.as_ref())?),
             };
             let state = exe.get_ref().new_state();
             Ok(PyExecutable {

@@ -35,6 +35,12 @@ impl WgpuBackend {
         })
     }
 
+    /// Whether the adapter is a CPU (a software Vulkan such as lavapipe): correct, but no
+    /// faster than the CPU backend.
+    pub fn is_software(&self) -> bool {
+        self.gpu.info.device_type == wgpu::DeviceType::Cpu
+    }
+
     /// The adapter: name, type, driver and graphics API.
     pub fn describe(&self) -> String {
         let i = &self.gpu.info;
