@@ -4,6 +4,7 @@
 use crate::device::{DevBuf, Device};
 use npu_ir::DType;
 use npu_program::program::IoTensor;
+use npu_runtime::backend::{check_shared_state, check_state_write, missing_state};
 use npu_runtime::tensor::cast_bytes;
 use npu_runtime::{DeviceState, HostTensor, Result, RuntimeError};
 use std::any::Any;
@@ -47,15 +48,7 @@ impl CudaState {
             .bufs
             .get_mut(&io.name)
             .ok_or_else(|| state_err(&io.name, "missing".into()))?;
-        if s.dtype != io.storage || s.shape != io.shape {
-            return Err(state_err(
-                &io.name,
-                format!(
-                    "the shared buffer is {}{:?}, this program needs {}{:?}",
-                    s.dtype, s.shape, io.storage, io.shape
-                ),
-            ));
-        }
+        check_shared_state(io, s.dtype, &s.shape)?;
         Ok(s)
     }
 }
@@ -68,28 +61,15 @@ impl DeviceState for CudaState {
     }
 
     fn read(&self, name: &str) -> Result<HostTensor> {
-        let s = self.bufs.get(name).ok_or_else(|| {
-            state_err(
-                name,
-                "no such state buffer (run a program that creates it first)".into(),
-            )
-        })?;
+        let s = self.bufs.get(name).ok_or_else(|| missing_state(name))?;
         let mut t = HostTensor::zeros(s.dtype, s.shape.clone());
         s.buf.download(t.bytes_mut(), name)?;
         Ok(t)
     }
 
     fn write(&mut self, name: &str, value: &HostTensor) -> Result<()> {
-        let s = self
-            .bufs
-            .get(name)
-            .ok_or_else(|| state_err(name, "no such state buffer".into()))?;
-        if value.shape() != s.shape.as_slice() {
-            return Err(state_err(
-                name,
-                format!("expected shape {:?}, got {:?}", s.shape, value.shape()),
-            ));
-        }
+        let s = self.bufs.get(name).ok_or_else(|| missing_state(name))?;
+        check_state_write(name, &s.shape, value)?;
         let mut bytes = vec![0u8; s.buf.len];
         cast_bytes(value.bytes(), value.dtype(), &mut bytes, s.dtype)?;
         self.dev.bind()?;

@@ -26,6 +26,40 @@ pub trait DeviceState: Any + Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+/// The error for reading or writing a state buffer no run has created yet.
+pub fn missing_state(name: &str) -> RuntimeError {
+    RuntimeError::State {
+        name: name.into(),
+        message: "no such state buffer (run a program that creates it first)".into(),
+    }
+}
+
+/// Checks that a state buffer shared between executables, stored as `dtype` with `shape`, is
+/// the one program input `io` declares (a prefill and a decode program must agree on it).
+pub fn check_shared_state(io: &IoTensor, dtype: npu_ir::DType, shape: &[usize]) -> Result<()> {
+    if dtype != io.storage || shape != io.shape.as_slice() {
+        return Err(RuntimeError::State {
+            name: io.name.clone(),
+            message: format!(
+                "the shared buffer is {dtype}{shape:?}, this program needs {}{:?}",
+                io.storage, io.shape
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Checks a value written into the state buffer `name` of `shape` ([`DeviceState::write`]).
+pub fn check_state_write(name: &str, shape: &[usize], value: &HostTensor) -> Result<()> {
+    if value.shape() != shape {
+        return Err(RuntimeError::State {
+            name: name.into(),
+            message: format!("expected shape {shape:?}, got {:?}", value.shape()),
+        });
+    }
+    Ok(())
+}
+
 /// Accumulated wall time of one program step over the profiled runs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepTime {

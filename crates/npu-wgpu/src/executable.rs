@@ -8,7 +8,9 @@ use crate::error::step_error;
 use crate::wgsl::{self, WORKGROUP};
 use npu_program::program::{Binding, IoTensor, Slot};
 use npu_program::Program;
-use npu_runtime::backend::{downcast_state, match_input};
+use npu_runtime::backend::{
+    check_shared_state, check_state_write, downcast_state, match_input, missing_state,
+};
 use npu_runtime::prepare::{self, io_bytes, IoPlan};
 use npu_runtime::tensor::cast_bytes;
 use npu_runtime::{DeviceState, Executable, HostTensor, Result, RuntimeError, WeightSource};
@@ -124,15 +126,7 @@ impl WgpuState {
             );
         }
         let s = &self.bufs[&io.name];
-        if s.io.storage != io.storage || s.io.shape != io.shape {
-            return Err(RuntimeError::State {
-                name: io.name.clone(),
-                message: format!(
-                    "the shared buffer is {}{:?}, this program needs {}{:?}",
-                    s.io.storage, s.io.shape, io.storage, io.shape
-                ),
-            });
-        }
+        check_shared_state(io, s.io.storage, &s.io.shape)?;
         Ok(&s.buf)
     }
 }
@@ -144,25 +138,14 @@ impl DeviceState for WgpuState {
         v
     }
     fn read(&self, name: &str) -> Result<HostTensor> {
-        let s = self.bufs.get(name).ok_or_else(|| RuntimeError::State {
-            name: name.into(),
-            message: "no such state buffer (run a program that creates it first)".into(),
-        })?;
+        let s = self.bufs.get(name).ok_or_else(|| missing_state(name))?;
         let enc = self.gpu.device.create_command_encoder(&Default::default());
         let bytes = download(&self.gpu, &[(&s.buf, io_bytes(&s.io))], enc)?.remove(0);
         HostTensor::new(s.io.storage, s.io.shape.clone(), bytes)
     }
     fn write(&mut self, name: &str, value: &HostTensor) -> Result<()> {
-        let s = self.bufs.get(name).ok_or_else(|| RuntimeError::State {
-            name: name.into(),
-            message: "no such state buffer".into(),
-        })?;
-        if value.shape() != s.io.shape.as_slice() {
-            return Err(RuntimeError::State {
-                name: name.into(),
-                message: format!("expected shape {:?}, got {:?}", s.io.shape, value.shape()),
-            });
-        }
+        let s = self.bufs.get(name).ok_or_else(|| missing_state(name))?;
+        check_state_write(name, &s.io.shape, value)?;
         let mut bytes = vec![0u8; io_bytes(&s.io)];
         cast_bytes(value.bytes(), value.dtype(), &mut bytes, s.io.storage)?;
         upload(&self.gpu, &s.buf, &bytes);

@@ -1,8 +1,8 @@
 //! Device state for graphs with no NPU partition: named host buffers.
 
-use npu_runtime::backend::DeviceState;
+use npu_runtime::backend::{missing_state, DeviceState};
 use npu_runtime::tensor::HostTensor;
-use npu_runtime::{Result, RuntimeError};
+use npu_runtime::Result;
 use std::any::Any;
 use std::collections::HashMap;
 
@@ -23,10 +23,7 @@ impl DeviceState for HostState {
         self.bufs
             .get(name)
             .cloned()
-            .ok_or_else(|| RuntimeError::State {
-                name: name.into(),
-                message: "no such state buffer".into(),
-            })
+            .ok_or_else(|| missing_state(name))
     }
 
     fn write(&mut self, name: &str, value: &HostTensor) -> Result<()> {

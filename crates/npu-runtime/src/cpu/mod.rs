@@ -20,7 +20,8 @@ pub(crate) mod softmax;
 pub mod view;
 
 use crate::backend::{
-    downcast_state, match_input, Backend, DeviceState, Executable, StepTime, StepTimes,
+    check_shared_state, check_state_write, downcast_state, match_input, missing_state, Backend,
+    DeviceState, Executable, StepTime, StepTimes,
 };
 use crate::error::{Result, RuntimeError};
 use crate::prepare::{self, io_bytes, IoPlan};
@@ -138,23 +139,12 @@ impl DeviceState for CpuState {
         v
     }
     fn read(&self, name: &str) -> Result<HostTensor> {
-        let s = self.bufs.get(name).ok_or_else(|| RuntimeError::State {
-            name: name.into(),
-            message: "no such state buffer (run a program that creates it first)".into(),
-        })?;
+        let s = self.bufs.get(name).ok_or_else(|| missing_state(name))?;
         HostTensor::new(s.dtype, s.shape.clone(), s.buf.bytes().to_vec())
     }
     fn write(&mut self, name: &str, value: &HostTensor) -> Result<()> {
-        let s = self.bufs.get_mut(name).ok_or_else(|| RuntimeError::State {
-            name: name.into(),
-            message: "no such state buffer".into(),
-        })?;
-        if value.shape() != s.shape.as_slice() {
-            return Err(RuntimeError::State {
-                name: name.into(),
-                message: format!("expected shape {:?}, got {:?}", s.shape, value.shape()),
-            });
-        }
+        let s = self.bufs.get_mut(name).ok_or_else(|| missing_state(name))?;
+        check_state_write(name, &s.shape, value)?;
         cast_bytes(value.bytes(), value.dtype(), s.buf.bytes_mut(), s.dtype)
     }
     fn as_any(&self) -> &dyn Any {
@@ -320,15 +310,7 @@ fn ensure_state<'a>(state: &'a mut CpuState, io: &IoTensor) -> Result<&'a mut St
             buf: Buf::try_zeros(io_bytes(io), &format!("state '{}'", io.name))?,
         }),
     };
-    if s.dtype != io.storage || s.shape != io.shape {
-        return Err(RuntimeError::State {
-            name: io.name.clone(),
-            message: format!(
-                "the shared buffer is {}{:?}, this program needs {}{:?}",
-                s.dtype, s.shape, io.storage, io.shape
-            ),
-        });
-    }
+    check_shared_state(io, s.dtype, &s.shape)?;
     Ok(s)
 }
 

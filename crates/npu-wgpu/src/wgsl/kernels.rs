@@ -36,6 +36,18 @@ fn dot_loop(acc: &str, n: usize, term: &dyn Fn(&str) -> String) -> String {
     s
 }
 
+/// A row kernel's preamble over the output's last dim: declares the row index `i..` from work
+/// item `t`; returns the row length, the row count, the index expressions with the column as
+/// `c`, and x's offset there.
+fn rows(b: &mut String, oshape: &[usize], x: &Operand) -> (usize, u64, Vec<String>, String) {
+    let r = oshape.len();
+    *b += &unravel("i", "t", &oshape[..r - 1]);
+    let mut idx = names("i", r - 1);
+    idx.push("c".into());
+    let xo = offset(x, &idx);
+    (oshape[r - 1], numel(&oshape[..r - 1]), idx, xo)
+}
+
 /// The kernel body over work item `t` and the item count.
 pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
     let n_in = step.inputs.len();
@@ -264,12 +276,7 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
             numel(oshape)
         }
         Kernel::Softmax { scale } => {
-            let d = oshape[r - 1];
-            let lead = &oshape[..r - 1];
-            b += &unravel("i", "t", lead);
-            let mut idx = names("i", r - 1);
-            idx.push("c".into());
-            let xo = offset(&ops[0], &idx);
+            let (d, lead, idx, xo) = rows(&mut b, oshape, &ops[0]);
             let mask = if n_in == 2 {
                 format!(" + ld1({})", offset(&ops[1], &idx))
             } else {
@@ -289,15 +296,10 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
                 offset(out, &idx),
                 sc = lit(f64::from(*scale)),
             );
-            numel(lead)
+            lead
         }
         Kernel::RmsNorm { eps } => {
-            let d = oshape[r - 1];
-            let lead = &oshape[..r - 1];
-            b += &unravel("i", "t", lead);
-            let mut idx = names("i", r - 1);
-            idx.push("c".into());
-            let xo = offset(&ops[0], &idx);
+            let (d, lead, idx, xo) = rows(&mut b, oshape, &ops[0]);
             let wo = offset(&ops[1], &["c".to_string()]);
             let _ = writeln!(
                 b,
@@ -309,19 +311,14 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
                 round_to(out.dtype, "v"),
                 e = lit(f64::from(*eps)),
             );
-            numel(lead)
+            lead
         }
         Kernel::LayerNorm {
             eps,
             has_weight,
             has_bias,
         } => {
-            let d = oshape[r - 1];
-            let lead = &oshape[..r - 1];
-            b += &unravel("i", "t", lead);
-            let mut idx = names("i", r - 1);
-            idx.push("c".into());
-            let xo = offset(&ops[0], &idx);
+            let (d, lead, idx, xo) = rows(&mut b, oshape, &ops[0]);
             let c = ["c".to_string()];
             let w = if *has_weight {
                 format!(" * ld1({})", offset(&ops[1], &c))
@@ -346,7 +343,7 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
                 offset(out, &idx),
                 e = lit(f64::from(*eps)),
             );
-            numel(lead)
+            lead
         }
         Kernel::Reduce { op, reduced } => {
             let x = &ops[0];
