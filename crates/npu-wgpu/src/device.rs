@@ -11,6 +11,8 @@ pub struct Gpu {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    /// The adapter writes timestamps at compute pass boundaries (`--profile`).
+    pub timestamps: bool,
 }
 
 fn rank(t: wgpu::DeviceType) -> u8 {
@@ -39,8 +41,10 @@ pub fn open() -> Result<Gpu, WgpuError> {
     })?;
     let info = adapter.get_info();
     let limits = adapter.limits();
+    let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("npu"),
+        required_features: features,
         required_limits: limits.clone(),
         ..Default::default()
     }))
@@ -53,5 +57,6 @@ pub fn open() -> Result<Gpu, WgpuError> {
         queue,
         info,
         limits,
+        timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
     })
 }

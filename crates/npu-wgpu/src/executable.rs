@@ -11,6 +11,7 @@ use npu_program::Program;
 use npu_runtime::backend::{
     check_shared_state, check_state_write, downcast_state, match_input, missing_state,
 };
+use npu_runtime::backend::{StepTime, StepTimes};
 use npu_runtime::prepare::{self, io_bytes, IoPlan};
 use npu_runtime::tensor::cast_bytes;
 use npu_runtime::{DeviceState, Executable, HostTensor, Result, RuntimeError, WeightSource};
@@ -188,7 +189,13 @@ pub struct WgpuExecutable {
     consts: Vec<wgpu::Buffer>,
     arena: wgpu::Buffer,
     steps: Vec<StepPipe>,
+    /// While profiling: timestamps at every step's pass boundaries and where they resolve.
+    queries: Option<(wgpu::QuerySet, wgpu::Buffer)>,
+    step_ms: StepTimes,
 }
+
+/// At most this many steps are timed (two timestamps each, one query set).
+const MAX_TIMED_STEPS: usize = 2048;
 
 impl WgpuExecutable {
     pub fn new(
@@ -249,6 +256,8 @@ impl WgpuExecutable {
             consts,
             arena,
             steps: Vec::new(),
+            queries: None,
+            step_ms: StepTimes::default(),
         };
         exe.steps = (0..exe.program.steps.len())
             .map(|i| exe.compile_step(i))
@@ -370,6 +379,32 @@ impl Executable for WgpuExecutable {
         &self.program
     }
 
+    /// Step times come from timestamp queries at each step's compute pass (each step then runs
+    /// in a pass of its own); an adapter without them reports none.
+    fn set_profiling(&mut self, on: bool) {
+        let n = self.steps.len().min(MAX_TIMED_STEPS);
+        self.queries = (on && self.gpu.timestamps && n > 0).then(|| {
+            let set = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("step times"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2 * n as u32,
+            });
+            let resolve = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("step times"),
+                size: 16 * n as u64,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            (set, resolve)
+        });
+        self.step_ms
+            .set(self.queries.is_some(), self.program.steps.len());
+    }
+
+    fn profile(&self) -> Vec<StepTime> {
+        self.step_ms.report(&self.program)
+    }
+
     fn new_state(&self) -> Box<dyn DeviceState> {
         Box::new(WgpuState {
             gpu: self.gpu.clone(),
@@ -433,12 +468,32 @@ impl Executable for WgpuExecutable {
             })
             .collect();
         let mut encoder = device.create_command_encoder(&Default::default());
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            for (s, g) in self.steps.iter().zip(&groups) {
-                pass.set_pipeline(&s.pipeline);
-                pass.set_bind_group(0, g, &[]);
-                pass.dispatch_workgroups(s.groups.0, s.groups.1, 1);
+        match &self.queries {
+            None => {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                for (s, g) in self.steps.iter().zip(&groups) {
+                    pass.set_pipeline(&s.pipeline);
+                    pass.set_bind_group(0, g, &[]);
+                    pass.dispatch_workgroups(s.groups.0, s.groups.1, 1);
+                }
+            }
+            Some((set, resolve)) => {
+                let timed = self.steps.len().min(MAX_TIMED_STEPS);
+                for (i, (s, g)) in self.steps.iter().zip(&groups).enumerate() {
+                    let writes = (i < timed).then(|| wgpu::ComputePassTimestampWrites {
+                        query_set: set,
+                        beginning_of_pass_write_index: Some(2 * i as u32),
+                        end_of_pass_write_index: Some(2 * i as u32 + 1),
+                    });
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: writes,
+                    });
+                    pass.set_pipeline(&s.pipeline);
+                    pass.set_bind_group(0, g, &[]);
+                    pass.dispatch_workgroups(s.groups.0, s.groups.1, 1);
+                }
+                encoder.resolve_query_set(set, 0..2 * timed as u32, resolve, 0);
             }
         }
         let plain: Vec<(usize, &wgpu::Buffer)> = self
@@ -447,11 +502,23 @@ impl Executable for WgpuExecutable {
             .enumerate()
             .filter_map(|(o, b)| b.as_ref().map(|b| (o, b)))
             .collect();
-        let reads: Vec<(&wgpu::Buffer, usize)> = plain
+        let mut reads: Vec<(&wgpu::Buffer, usize)> = plain
             .iter()
             .map(|(o, b)| (*b, io_bytes(&self.program.outputs[*o])))
             .collect();
-        let bytes = download(&self.gpu, &reads, encoder)?;
+        if let Some((_, resolve)) = &self.queries {
+            reads.push((resolve, resolve.size() as usize));
+        }
+        let mut bytes = download(&self.gpu, &reads, encoder)?;
+        if self.queries.is_some() {
+            let ticks = bytes.pop().unwrap_or_default();
+            let period_ns = f64::from(self.gpu.queue.get_timestamp_period());
+            for (i, pair) in ticks.chunks_exact(16).enumerate() {
+                let at = |k: usize| u64::from_le_bytes(pair[k..k + 8].try_into().unwrap_or([0; 8]));
+                let ms = at(8).saturating_sub(at(0)) as f64 * period_ns / 1e6;
+                self.step_ms.add(i, ms);
+            }
+        }
         plain
             .iter()
             .zip(bytes)
