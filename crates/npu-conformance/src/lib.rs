@@ -120,6 +120,11 @@ pub fn test_models(test: &str, make: impl FnOnce() -> Result<Box<dyn Backend>, S
         backend.name(),
         failed.join("\n")
     );
+    for o in &outcomes {
+        if let Some(why) = &o.skipped {
+            println!("SKIP: {test}: {}: {why}", o.name);
+        }
+    }
 }
 
 /// One `#[test]` per kernel family, and one for the fixture models, against the backend `$make` gives

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct ModelOutcome {
     pub name: String,
+    /// Why the model did not run here (an export this machine does not have).
+    pub skipped: Option<String>,
     /// The agreement measured, for the report.
     pub measured: String,
     pub error: Option<String>,
@@ -28,8 +30,15 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }
 
-fn load(dir: &str) -> Result<(SafetensorsFile, Io), String> {
-    let d = fixtures().join(dir);
+/// The exports `scripts/make-test-models.sh` writes (too large to commit): `$NPU_TEST_MODELS`,
+/// by default `target/test-models`.
+fn test_models() -> PathBuf {
+    std::env::var_os("NPU_TEST_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-models"))
+}
+
+fn load(d: &Path) -> Result<(SafetensorsFile, Io), String> {
     let w = SafetensorsFile::open(&d.join("weights.safetensors")).map_err(|e| e.to_string())?;
     let io = read_safetensors(&d.join("io.safetensors"))
         .map_err(|e| e.to_string())?
@@ -40,12 +49,12 @@ fn load(dir: &str) -> Result<(SafetensorsFile, Io), String> {
 
 fn executor(
     backend: &dyn Backend,
-    ir: &str,
+    ir: &Path,
     weights: &SafetensorsFile,
     tgt: &'static Target,
     dtype: DType,
 ) -> Result<DagExecutor, String> {
-    let graph = npu_ir::load(&fixtures().join(ir)).map_err(|e| e.to_string())?;
+    let graph = npu_ir::load(ir).map_err(|e| e.to_string())?;
     let opts = CompileOptions {
         target: tgt,
         dtype: Some(dtype),
@@ -76,13 +85,13 @@ fn feed<'a>(
 /// last dim argmax and top-5 equal to PyTorch's.
 fn classifier(
     backend: &dyn Backend,
-    dir: &str,
+    dir: &Path,
     tgt: &'static Target,
     dtype: DType,
     min_r: f64,
 ) -> Result<String, String> {
     let (w, io) = load(dir)?;
-    let mut d = executor(backend, &format!("{dir}/model.ir.json"), &w, tgt, dtype)?;
+    let mut d = executor(backend, &dir.join("model.ir.json"), &w, tgt, dtype)?;
     let args = feed(&d, &io, "input.")?;
     let refs: Vec<(&str, &HostTensor)> = args.iter().map(|(n, t)| (n.as_str(), *t)).collect();
     let out = d.run_all(&refs).map_err(|e| e.to_string())?;
@@ -120,17 +129,18 @@ fn classifier(
 /// `teacher` each step is fed PyTorch's token and its logits compared (bf16); without, our own
 /// argmax is fed and the tokens must be PyTorch's (f32).
 fn qwen(backend: &dyn Backend, dtype: DType, teacher: bool) -> Result<String, String> {
-    let (w, io) = load("qwen2.5-tiny")?;
+    let dir = fixtures().join("qwen2.5-tiny");
+    let (w, io) = load(&dir)?;
     let mut pre = executor(
         backend,
-        "qwen2.5-tiny/prefill.ir.json",
+        &dir.join("prefill.ir.json"),
         &w,
         &target::CPU,
         dtype,
     )?;
     let mut dec = executor(
         backend,
-        "qwen2.5-tiny/decode.ir.json",
+        &dir.join("decode.ir.json"),
         &w,
         &target::CPU,
         dtype,
@@ -186,7 +196,33 @@ fn qwen(backend: &dyn Backend, dtype: DType, teacher: bool) -> Result<String, St
     }
 }
 
-/// Every fixture model on `backend`.
+/// What `exported` returns (as its measurement) for an export that is not there.
+const SKIPPED: &str = "skipped: ";
+
+/// A classifier from `test_models()` (ResNet-18, ImageNet-sized: the one export every backend
+/// runs, software Vulkan included). Missing: skipped, or an error where `NPU_REQUIRE_MODELS=1`
+/// (as CI sets it).
+fn exported(
+    backend: &dyn Backend,
+    model: &str,
+    tgt: &'static Target,
+    dtype: DType,
+) -> Result<String, String> {
+    let dir = test_models().join(model);
+    if !dir.join("weights.safetensors").exists() {
+        let why = format!(
+            "no export in {} (scripts/make-test-models.sh makes it)",
+            dir.display()
+        );
+        if std::env::var("NPU_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
+            return Err(why);
+        }
+        return Ok(format!("{SKIPPED}{why}"));
+    }
+    classifier(backend, &dir, tgt, dtype, 0.99)
+}
+
+/// Every fixture model, and ResNet-18 from its export, on `backend`.
 pub fn run_models(backend: &dyn Backend) -> Vec<ModelOutcome> {
     use DType::{BF16, F16, F32};
     type Run<'a> = Box<dyn Fn() -> Result<String, String> + 'a>;
@@ -194,31 +230,69 @@ pub fn run_models(backend: &dyn Backend) -> Vec<ModelOutcome> {
     let runs: Vec<(&str, Run)> = vec![
         (
             "mlp f32",
-            Box::new(move || classifier(b, "mlp", &target::CPU, F32, 0.999_999)),
+            Box::new(move || classifier(b, &fixtures().join("mlp"), &target::CPU, F32, 0.999_999)),
         ),
         (
             "small-cnn npu f16",
-            Box::new(move || classifier(b, "small-cnn", &target::NPU, F16, 0.999)),
+            Box::new(move || {
+                classifier(b, &fixtures().join("small-cnn"), &target::NPU, F16, 0.999)
+            }),
         ),
         (
             "small-cnn npu f32",
-            Box::new(move || classifier(b, "small-cnn", &target::NPU, F32, 0.999_99)),
+            Box::new(move || {
+                classifier(
+                    b,
+                    &fixtures().join("small-cnn"),
+                    &target::NPU,
+                    F32,
+                    0.999_99,
+                )
+            }),
         ),
         (
             "small-cnn cpu f32",
-            Box::new(move || classifier(b, "small-cnn", &target::CPU, F32, 0.999_99)),
+            Box::new(move || {
+                classifier(
+                    b,
+                    &fixtures().join("small-cnn"),
+                    &target::CPU,
+                    F32,
+                    0.999_99,
+                )
+            }),
         ),
         (
             "small-cnn-b4 cpu bf16",
-            Box::new(move || classifier(b, "small-cnn-b4", &target::CPU, BF16, 0.99)),
+            Box::new(move || {
+                classifier(
+                    b,
+                    &fixtures().join("small-cnn-b4"),
+                    &target::CPU,
+                    BF16,
+                    0.99,
+                )
+            }),
         ),
         (
             "bert-tiny npu f32 (partitioned)",
-            Box::new(move || classifier(b, "bert-tiny", &target::NPU, F32, 0.999_9)),
+            Box::new(move || {
+                classifier(b, &fixtures().join("bert-tiny"), &target::NPU, F32, 0.999_9)
+            }),
         ),
         (
             "llama-tiny cpu f32 (composite mask)",
-            Box::new(move || classifier(b, "llama-tiny", &target::CPU, F32, 0.999)),
+            Box::new(move || {
+                classifier(b, &fixtures().join("llama-tiny"), &target::CPU, F32, 0.999)
+            }),
+        ),
+        (
+            "resnet18 npu f16 (export)",
+            Box::new(move || exported(b, "resnet18", &target::NPU, F16)),
+        ),
+        (
+            "resnet18 cpu f32 (export)",
+            Box::new(move || exported(b, "resnet18", &target::CPU, F32)),
         ),
         (
             "qwen2.5-tiny f32 greedy",
@@ -237,6 +311,9 @@ pub fn run_models(backend: &dyn Backend) -> Vec<ModelOutcome> {
             };
             ModelOutcome {
                 name: name.to_string(),
+                skipped: measured
+                    .starts_with(SKIPPED)
+                    .then(|| measured[SKIPPED.len()..].to_string()),
                 measured,
                 error,
             }
