@@ -19,4 +19,4 @@ pub use cpu::CpuBackend;
 pub use error::{Result, RuntimeError};
 pub use safetensors_file::{read_safetensors, safetensors_bytes, write_safetensors};
 pub use tensor::HostTensor;
-pub use weights::{MemoryWeights, SafetensorsFile, WeightSource};
+pub use weights::{MemoryWeights, SafetensorsFile, SharedBytes, WeightBytes, WeightSource};

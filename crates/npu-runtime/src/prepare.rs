@@ -9,7 +9,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::tensor::{cast_bytes, store_f32, store_i64, HostTensor};
-use crate::weights::{build_weight, check_sources, WeightSource};
+use crate::weights::{check_sources, weight_bytes, WeightBytes, WeightSource};
 use npu_program::program::{ConstSlot, ConstValues, IoTensor};
 use npu_program::Program;
 use std::collections::HashMap;
@@ -89,14 +89,15 @@ pub fn io_bytes(t: &IoTensor) -> usize {
     t.shape.iter().product::<usize>() * t.storage.size_bytes()
 }
 
-/// Every weight slot of `program` as a backend buffer made by `make` from the built host
-/// tensor, reusing the buffers `cache` still holds for the same source, recipe, dtype and
-/// shape (a prefill and a decode program share one copy).
+/// Every weight slot of `program` as a backend buffer made by `make` from its bytes (the
+/// mapped file's own where they already fit, see [`weight_bytes`]), reusing the buffers
+/// `cache` still holds for the same source, recipe, dtype and shape (a prefill and a decode
+/// program share one copy).
 pub fn weights<B>(
     program: &Program,
     src: &dyn WeightSource,
     cache: &mut HashMap<String, Weak<B>>,
-    mut make: impl FnMut(&str, HostTensor) -> Result<B>,
+    mut make: impl FnMut(&str, WeightBytes) -> Result<B>,
 ) -> Result<Vec<Arc<B>>> {
     cache.retain(|_, w| w.strong_count() > 0);
     let source_name = src.describe();
@@ -111,7 +112,7 @@ pub fn weights<B>(
             built.push(buf);
             continue;
         }
-        let buf = Arc::new(make(&w.name, build_weight(program, i, src)?)?);
+        let buf = Arc::new(make(&w.name, weight_bytes(program, i, src)?)?);
         cache.insert(key, Arc::downgrade(&buf));
         built.push(buf);
     }

@@ -9,6 +9,7 @@ use npu_program::program::{Recipe, SourceTensor, WeightSlot};
 use npu_program::Program;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// A borrowed tensor in a weight source.
 #[derive(Debug, Clone, Copy)]
@@ -23,12 +24,64 @@ pub trait WeightSource {
     /// A name for messages (the file path).
     fn describe(&self) -> String;
     fn get(&self, key: &str) -> Option<TensorRef<'_>>;
+    /// The tensor's bytes as a handle that outlives this borrow (a range of a mapped file),
+    /// where the source can give one: a backend then uses them in place instead of copying.
+    fn shared(&self, _key: &str) -> Option<SharedBytes> {
+        None
+    }
+    /// A hint that the tensor's bytes will not be read again soon (a built slot copied them):
+    /// a mapped file drops its pages from this process's resident memory.
+    fn release(&self, _key: &str) {}
+}
+
+/// Bytes that stay valid while the handle lives: a range of a memory-mapped file.
+#[derive(Clone)]
+pub struct SharedBytes {
+    map: Arc<memmap2::Mmap>,
+    start: usize,
+    end: usize,
+}
+
+impl SharedBytes {
+    pub fn bytes(&self) -> &[u8] {
+        &self.map[self.start..self.end]
+    }
+}
+
+impl std::fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedBytes({}..{})", self.start, self.end)
+    }
+}
+
+/// A built weight slot: its bytes, owned (cast, folded, padded, concatenated) or the source
+/// file's own (a plain load whose dtype and shape already fit).
+#[derive(Debug)]
+pub enum WeightBytes {
+    Owned(HostTensor),
+    Mapped(SharedBytes),
+}
+
+impl WeightBytes {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            WeightBytes::Owned(t) => t.bytes(),
+            WeightBytes::Mapped(m) => m.bytes(),
+        }
+    }
+    /// The bytes as an owned vector (a copy only for mapped ones).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            WeightBytes::Owned(t) => t.into_bytes(),
+            WeightBytes::Mapped(m) => m.bytes().to_vec(),
+        }
+    }
 }
 
 /// A memory-mapped safetensors file.
 pub struct SafetensorsFile {
     path: String,
-    mmap: memmap2::Mmap,
+    mmap: Arc<memmap2::Mmap>,
     tensors: SafetensorIndex,
 }
 
@@ -46,7 +99,7 @@ impl SafetensorsFile {
         let tensors = index_safetensors(&mmap, &p)?;
         Ok(SafetensorsFile {
             path: p,
-            mmap,
+            mmap: Arc::new(mmap),
             tensors,
         })
     }
@@ -67,6 +120,34 @@ impl WeightSource for SafetensorsFile {
             shape,
             bytes: &self.mmap[*s..*e],
         })
+    }
+    fn shared(&self, key: &str) -> Option<SharedBytes> {
+        let (_, _, s, e) = self.tensors.get(key)?;
+        Some(SharedBytes {
+            map: self.mmap.clone(),
+            start: *s,
+            end: *e,
+        })
+    }
+    fn release(&self, key: &str) {
+        const PAGE: usize = 4096;
+        let Some((_, _, s, e)) = self.tensors.get(key) else {
+            return;
+        };
+        // Whole pages inside the tensor only (its neighbours may be in use). The map starts
+        // on a page boundary; with larger pages madvise refuses the range, which is harmless.
+        let (start, end) = (s.next_multiple_of(PAGE), e / PAGE * PAGE);
+        if end > start {
+            // SAFETY: a read-only shared file mapping: dropped pages are read back from the
+            // file on the next access, with the same bytes, so no reference sees a change.
+            let _ = unsafe {
+                self.mmap.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start,
+                    end - start,
+                )
+            };
+        }
     }
 }
 
@@ -151,6 +232,40 @@ pub fn build_weight(program: &Program, index: usize, src: &dyn WeightSource) -> 
         .get(index)
         .ok_or_else(|| RuntimeError::InvalidProgram(format!("no weight slot {index}")))?;
     build_slot(program, w, src)
+}
+
+/// Weight slot `index` as bytes: the source file's own where the slot is a plain load of a
+/// tensor already in the slot's dtype and shape (nothing is copied: the 1.5B model's bf16
+/// weights stay in the page cache once), else built as [`build_weight`] builds it.
+pub fn weight_bytes(
+    program: &Program,
+    index: usize,
+    src: &dyn WeightSource,
+) -> Result<WeightBytes> {
+    if let Some(w) = program.weights.get(index) {
+        if let Recipe::Load { source } = w.recipe {
+            if let Some(decl) = program.sources.get(source as usize) {
+                let t = self::source(src, decl)?;
+                if t.dtype == w.dtype && t.shape == w.shape.as_slice() {
+                    if let Some(m) = src.shared(&decl.key) {
+                        return Ok(WeightBytes::Mapped(m));
+                    }
+                }
+            }
+        }
+    }
+    let built = build_weight(program, index, src)?;
+    // The slot holds its own copy now: the source pages need not stay resident (the fused
+    // gate/up and QKV weights of the 1.5B model would otherwise count twice).
+    if let Some(w) = program.weights.get(index) {
+        let _ = w.recipe.map(|s| {
+            if let Some(decl) = program.sources.get(s as usize) {
+                src.release(&decl.key);
+            }
+            Ok::<_, ()>(s)
+        });
+    }
+    Ok(WeightBytes::Owned(built))
 }
 
 fn f64s(t: TensorRef<'_>) -> Vec<f64> {

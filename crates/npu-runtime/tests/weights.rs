@@ -233,3 +233,54 @@ fn inputs_are_checked_by_name_shape_and_dtype_and_ints_stay_ints() {
         .to_string();
     assert!(e.contains("256") && e.contains("embedding"), "{e}");
 }
+
+/// A plain load of a tensor already in the slot's dtype and shape uses the mapped file's bytes
+/// (no copy: the 1.5B model stays resident once); a cast or a concatenation is built, and
+/// building it lets the file's pages go (`release`), with the same values either way.
+#[test]
+fn fitting_weights_are_used_in_place_and_built_ones_are_copies() {
+    use npu_runtime::weights::weight_bytes;
+    use npu_runtime::{write_safetensors, SafetensorsFile, WeightBytes};
+    let a = HostTensor::from_f32_as(DType::BF16, vec![4, 3], &[0.5; 12]);
+    let b = HostTensor::from_f32_as(DType::BF16, vec![2, 3], &[-1.25; 6]);
+    let path = std::env::temp_dir().join(format!("npu-mapped-{}.safetensors", std::process::id()));
+    write_safetensors(&path, &[("a".into(), a.clone()), ("b".into(), b.clone())]).unwrap();
+    let file = SafetensorsFile::open(&path).unwrap();
+    let slot = |name: &str, recipe: Recipe, dtype: DType, shape: &[usize]| WeightSlot {
+        name: name.into(),
+        recipe,
+        dtype,
+        shape: shape.to_vec(),
+    };
+    let p = program(
+        vec![
+            src("a", &[4, 3], DType::BF16),
+            src("b", &[2, 3], DType::BF16),
+        ],
+        vec![
+            slot("as is", Recipe::Load { source: 0 }, DType::BF16, &[4, 3]),
+            slot("cast", Recipe::Load { source: 0 }, DType::F32, &[4, 3]),
+            slot(
+                "concat",
+                Recipe::Concat {
+                    sources: vec![0, 1],
+                },
+                DType::BF16,
+                &[6, 3],
+            ),
+        ],
+    );
+    let as_is = weight_bytes(&p, 0, &file).unwrap();
+    assert!(matches!(as_is, WeightBytes::Mapped(_)), "{as_is:?}");
+    assert_eq!(as_is.bytes(), a.bytes());
+    let cast = weight_bytes(&p, 1, &file).unwrap();
+    assert!(matches!(cast, WeightBytes::Owned(_)));
+    assert_eq!(cast.bytes(), a.cast(DType::F32).unwrap().bytes());
+    let concat = weight_bytes(&p, 2, &file).unwrap();
+    assert!(matches!(concat, WeightBytes::Owned(_)));
+    assert_eq!(&concat.bytes()[..24], a.bytes());
+    assert_eq!(&concat.bytes()[24..], b.bytes());
+    // after the release the mapped bytes still read the same
+    assert_eq!(as_is.bytes(), a.bytes());
+    let _ = std::fs::remove_file(path);
+}
