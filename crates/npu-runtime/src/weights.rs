@@ -46,6 +46,26 @@ impl SharedBytes {
     pub fn bytes(&self) -> &[u8] {
         &self.map[self.start..self.end]
     }
+    /// Drops the range's pages from this process's resident memory (a copy holds them now);
+    /// they are read back from the file if touched again.
+    pub fn release(&self) {
+        release_pages(&self.map, self.start, self.end);
+    }
+}
+
+/// madvise(DONTNEED) on the whole pages of `start..end` of a read-only file map.
+fn release_pages(map: &memmap2::Mmap, start: usize, end: usize) {
+    const PAGE: usize = 4096;
+    // Whole pages inside the range only (its neighbours may be in use). The map starts on a
+    // page boundary; with larger pages madvise refuses the range, which is harmless.
+    let (start, end) = (start.next_multiple_of(PAGE), end / PAGE * PAGE);
+    if end > start {
+        // SAFETY: a read-only shared file mapping: dropped pages are read back from the file
+        // on the next access, with the same bytes, so no reference sees a change.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+        };
+    }
 }
 
 impl std::fmt::Debug for SharedBytes {
@@ -130,23 +150,8 @@ impl WeightSource for SafetensorsFile {
         })
     }
     fn release(&self, key: &str) {
-        const PAGE: usize = 4096;
-        let Some((_, _, s, e)) = self.tensors.get(key) else {
-            return;
-        };
-        // Whole pages inside the tensor only (its neighbours may be in use). The map starts
-        // on a page boundary; with larger pages madvise refuses the range, which is harmless.
-        let (start, end) = (s.next_multiple_of(PAGE), e / PAGE * PAGE);
-        if end > start {
-            // SAFETY: a read-only shared file mapping: dropped pages are read back from the
-            // file on the next access, with the same bytes, so no reference sees a change.
-            let _ = unsafe {
-                self.mmap.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    start,
-                    end - start,
-                )
-            };
+        if let Some((_, _, s, e)) = self.tensors.get(key) {
+            release_pages(&self.mmap, *s, *e);
         }
     }
 }
@@ -235,8 +240,9 @@ pub fn build_weight(program: &Program, index: usize, src: &dyn WeightSource) -> 
 }
 
 /// Weight slot `index` as bytes: the source file's own where the slot is a plain load of a
-/// tensor already in the slot's dtype and shape (nothing is copied: the 1.5B model's bf16
-/// weights stay in the page cache once), else built as [`build_weight`] builds it.
+/// tensor already in the slot's dtype and shape (no build step, no host copy: a GPU backend
+/// uploads from them, the CPU backend copies them once and releases them), else built as
+/// [`build_weight`] builds it, after which its sources' pages are released.
 pub fn weight_bytes(
     program: &Program,
     index: usize,

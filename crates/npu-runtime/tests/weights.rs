@@ -234,9 +234,9 @@ fn inputs_are_checked_by_name_shape_and_dtype_and_ints_stay_ints() {
     assert!(e.contains("256") && e.contains("embedding"), "{e}");
 }
 
-/// A plain load of a tensor already in the slot's dtype and shape uses the mapped file's bytes
-/// (no copy: the 1.5B model stays resident once); a cast or a concatenation is built, and
-/// building it lets the file's pages go (`release`), with the same values either way.
+/// A plain load of a tensor already in the slot's dtype and shape is handed over as the mapped
+/// file's bytes; a cast or a concatenation is built, and building it lets the file's pages go
+/// (`release`), with the same values either way.
 #[test]
 fn fitting_weights_are_used_in_place_and_built_ones_are_copies() {
     use npu_runtime::weights::weight_bytes;
