@@ -117,7 +117,7 @@ uname -m; nproc; disk_report
 step "software Vulkan (lavapipe) for the wgpu backend"
 if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mesa-vulkan-drivers libvulkan1) >"$LOGS/lavapipe.log" 2>&1 \
+        (timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends mesa-vulkan-drivers libvulkan1) >"$LOGS/lavapipe.log" 2>&1 \
             || echo "lavapipe install failed (see $LOGS/lavapipe.log): the wgpu tests will skip"
     else
         echo "no lavapipe and no root apt-get: the wgpu tests will skip"
