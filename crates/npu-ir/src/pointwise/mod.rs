@@ -2,9 +2,9 @@
 //! the ATen names that parse to it (with its parameters' ATen defaults), its dtype rule, its
 //! math once as a generic function over [`Real`] (f32 in compiled kernels and for f32/bf16/f16
 //! values in the fallback, as PyTorch computes them; f64 for f64 values), its integer math
-//! where PyTorch has one (i64, exact), and its CUDA C expression. The CPU kernels, the CPU
-//! fallback interpreter and the CUDA code generator all read these rows; adding an op is one
-//! row (plus a parse line when its ATen schema is not generic).
+//! where PyTorch has one (i64, exact), its CUDA C expression and its WGSL expression. The CPU
+//! kernels, the CPU fallback interpreter and the CUDA and WGSL code generators all read these
+//! rows; adding an op is one row (plus a parse line when its ATen schema is not generic).
 //!
 //! NaN and Inf follow PyTorch: relu/maximum/minimum/clamp propagate NaN, fmax/fmin ignore it,
 //! comparisons with NaN are false (`ne` true), `sign(NaN)` is 0 as ATen computes it.
@@ -38,6 +38,29 @@ pub fn cuda_f32(v: f64) -> String {
     format!("__int_as_float({})", (v as f32).to_bits() as i32)
 }
 
+/// A constant as WGSL source: the exact f32 bits (covers inf and NaN).
+pub fn wgsl_f32(v: f64) -> String {
+    format!("bitcast<f32>({}u)", (v as f32).to_bits())
+}
+
+/// `template` with `{name}` replaced by the operand expression of that name and `{param}` by
+/// the parameter's literal (as `literal` writes it): the CUDA and WGSL columns' substitution.
+pub fn fill(
+    template: &str,
+    operands: &[(&str, &str)],
+    params: &[(&str, f64)],
+    literal: fn(f64) -> String,
+) -> String {
+    let mut s = template.to_string();
+    for (n, v) in operands {
+        s = s.replace(&format!("{{{n}}}"), v);
+    }
+    for (n, v) in params {
+        s = s.replace(&format!("{{{n}}}"), &literal(*v));
+    }
+    s
+}
+
 /// Declares a pointwise op enum from its rows; see the module docs for the columns.
 macro_rules! pointwise_ops {
     (
@@ -49,6 +72,7 @@ macro_rules! pointwise_ops {
                     |$($a:ident),+| $f:expr ;
                     $(int |$($ia:ident),+| $fi:expr ;)?
                     cuda $cuda:literal ;
+                    wgsl $wgsl:literal ;
             )*
         }
     ) => {
@@ -164,15 +188,27 @@ macro_rules! pointwise_ops {
             /// The CUDA C expression (f32) over operand expressions `args` (names or
             /// literals, each evaluated once by the caller).
             pub fn cuda(&self, args: [&str; $n]) -> String {
+                self.source(args, |row| row.0, $crate::pointwise::cuda_f32)
+            }
+
+            /// The WGSL expression (f32) over operand expressions `args`, as [`Self::cuda`].
+            pub fn wgsl(&self, args: [&str; $n]) -> String {
+                self.source(args, |row| row.1, $crate::pointwise::wgsl_f32)
+            }
+
+            /// One of the source columns, `(cuda, wgsl)`, filled in.
+            fn source(
+                &self,
+                args: [&str; $n],
+                column: fn((&'static str, &'static str)) -> &'static str,
+                literal: fn(f64) -> String,
+            ) -> String {
                 match *self {
                     $( $E::$v $({ $($p),+ })? => {
-                        let mut s = String::from($cuda);
                         let names: [&str; $n] = [$(stringify!($a)),+];
-                        for (n, v) in names.iter().zip(args) {
-                            s = s.replace(&format!("{{{n}}}"), v);
-                        }
-                        $( $( s = s.replace(concat!("{", stringify!($p), "}"), &$crate::pointwise::cuda_f32($p)); )+ )?
-                        s
+                        let operands: Vec<(&str, &str)> = names.into_iter().zip(args).collect();
+                        let params: &[(&str, f64)] = &[$( $( (stringify!($p), $p) ),+ )?];
+                        $crate::pointwise::fill(column(($cuda, $wgsl)), &operands, params, literal)
                     } ),*
                 }
             }

@@ -1,13 +1,12 @@
-//! The pointwise ops in WGSL (f32), for fused elementwise expressions and activations.
+//! The pointwise ops in WGSL (f32), for fused elementwise expressions and activations: each
+//! op's expression is the pointwise table's `wgsl` column (`npu_ir::pointwise`); this module
+//! holds the helpers those expressions call (`PRELUDE`) and sequences an [`Expr`].
 //!
 //! NaN is tested on the bits (`p_isnan`) and min/max/clamp/comparisons are written out, because
 //! WGSL leaves NaN behaviour of `min`, `max` and `!=` to the implementation; PyTorch's rules
 //! (NaN propagates through relu/maximum/clamp, `ne` is true) must not depend on the driver.
-//!
-//! Debt: this match mirrors the pointwise table (`npu_ir::pointwise`), which holds each op's
-//! Rust and CUDA forms; the WGSL form belongs there as a third column.
 
-use npu_ir::{BinaryOp, TernaryOp, UnaryOp};
+use npu_ir::UnaryOp;
 use npu_program::expr::{Expr, Instr};
 
 /// WGSL helper functions the expressions call.
@@ -192,6 +191,7 @@ fn p_round(x: f32, d: f32) -> f32 {
     if (d > 0.0) { return round(x * p) / p; }
     return round(x / p) * p;
 }
+fn p_logit_z(x: f32, eps: f32) -> f32 { if (eps < 0.0) { return x; } return p_clamp(x, eps, 1.0 - eps); }
 fn p_sigmoid(x: f32) -> f32 { return 1.0 / (1.0 + exp(-x)); }
 fn p_tanh(x: f32) -> f32 {
     if (p_isnan(x)) { return x; }
@@ -226,7 +226,7 @@ pub fn lit(v: f64) -> String {
 /// that map NaN elsewhere.
 pub fn unary(u: UnaryOp, x: &str) -> String {
     use UnaryOp::*;
-    let e = unary_math(u, x);
+    let e = u.wgsl([x]);
     match u {
         IsNan
         | IsInf
@@ -238,169 +238,6 @@ pub fn unary(u: UnaryOp, x: &str) -> String {
         | Signbit
         | LogicalNot => e,
         _ => format!("select({e}, {x}, p_isnan({x}))"),
-    }
-}
-
-fn unary_math(u: UnaryOp, x: &str) -> String {
-    use UnaryOp::*;
-    match u {
-        Relu => format!("p_relu({x})"),
-        Silu => format!("({x} / (1.0 + exp(-{x})))"),
-        Gelu => format!("select(0.5 * {x} * p_erfc(-{x} * 0.70710678), {x}, p_isinf({x}) && {x} > 0.0)"),
-        GeluTanh => format!("(0.5 * {x} * (1.0 + p_tanh(0.7978845608 * ({x} + 0.044715 * {x} * {x} * {x}))))"),
-        Neg => format!("(-{x})"),
-        Rsqrt => format!("(1.0 / sqrt({x}))"),
-        Sqrt => format!("sqrt({x})"),
-        Recip => format!("(1.0 / {x})"),
-        Exp => format!("exp({x})"),
-        Log => format!("log({x})"),
-        Cos => format!("cos({x})"),
-        Sin => format!("sin({x})"),
-        Tanh => format!("p_tanh({x})"),
-        Sigmoid => format!("p_sigmoid({x})"),
-        Abs => format!("abs({x})"),
-        Erf => format!("p_erf({x})"),
-        Erfc => format!("p_erfc({x})"),
-        Erfinv => format!("p_erfinv({x})"),
-        Exp2 => format!("exp2({x})"),
-        Expm1 => format!("p_expm1({x})"),
-        Log1p => format!("p_log1p({x})"),
-        Log2 => format!("log2({x})"),
-        Log10 => format!("(log2({x}) * 0.30102999566)"),
-        Floor => format!("floor({x})"),
-        Ceil => format!("ceil({x})"),
-        Round { decimals } => format!("p_round({x}, {})", lit(decimals)),
-        Trunc => format!("trunc({x})"),
-        Frac => format!("({x} - trunc({x}))"),
-        Sign => format!("p_sign({x})"),
-        Signbit => format!("p_b((bitcast<u32>({x}) >> 31u) == 1u)"),
-        Tan => format!("tan({x})"),
-        Asin => format!("p_asin({x})"),
-        Acos => format!("p_acos({x})"),
-        Atan => format!("atan({x})"),
-        Sinh => format!("sinh({x})"),
-        Cosh => format!("cosh({x})"),
-        Asinh => format!("asinh({x})"),
-        Acosh => format!("acosh({x})"),
-        Atanh => format!("atanh({x})"),
-        Logit { eps } => {
-            let z = if eps < 0.0 {
-                x.to_string()
-            } else {
-                format!("p_clamp({x}, {}, {})", lit(eps), lit(1.0 - eps))
-            };
-            format!("log(({z}) / (1.0 - ({z})))")
-        }
-        Square => format!("({x} * {x})"),
-        IsNan => format!("p_b(p_isnan({x}))"),
-        IsInf => format!("p_b(p_isinf({x}))"),
-        IsFinite => format!("p_b(!p_isnan({x}) && !p_isinf({x}))"),
-        IsPosInf => format!("p_b(p_isinf({x}) && {x} > 0.0)"),
-        IsNegInf => format!("p_b(p_isinf({x}) && {x} < 0.0)"),
-        NanToNum {
-            nan,
-            posinf,
-            neginf,
-        } => format!(
-            "select(select(select({x}, {}, p_isinf({x}) && {x} < 0.0), {}, p_isinf({x}) && {x} > 0.0), {}, p_isnan({x}))",
-            lit(neginf),
-            lit(posinf),
-            lit(nan)
-        ),
-        Softplus { beta, threshold } => format!(
-            "select(p_log1p(exp({x} * {b})) / {b}, {x}, {x} * {b} > {t})",
-            b = lit(beta),
-            t = lit(threshold)
-        ),
-        Mish => format!("({x} * p_tanh(p_log1p(exp({x}))))"),
-        Elu {
-            alpha,
-            scale,
-            input_scale,
-        } => format!(
-            "select({x} * {s}, p_expm1({x} * {i}) * {a} * {s}, {x} <= 0.0)",
-            a = lit(alpha),
-            s = lit(scale),
-            i = lit(input_scale)
-        ),
-        Hardswish => format!("({x} * p_clamp({x} + 3.0, 0.0, 6.0) / 6.0)"),
-        Hardsigmoid => format!("(p_clamp({x} + 3.0, 0.0, 6.0) / 6.0)"),
-        LeakyRelu { negative_slope } => {
-            format!("select({x} * {}, {x}, {x} > 0.0 || p_isnan({x}))", lit(negative_slope))
-        }
-        Deg2rad => format!("({x} * 0.017453292519943295)"),
-        Rad2deg => format!("({x} * 57.29577951308232)"),
-        Positive => x.to_string(),
-        LogSigmoid => format!("(min({x}, 0.0) - p_log1p(exp(-abs({x}))))"),
-        Hardshrink { lambd } => format!(
-            "select({x}, 0.0, {x} >= -{l} && {x} <= {l})",
-            l = lit(lambd)
-        ),
-        Softshrink { lambd } => format!(
-            "select(select(select({x} * 0.0, {x} + {l}, {x} < -{l}), {x} - {l}, {x} > {l}), {x}, p_isnan({x}))",
-            l = lit(lambd)
-        ),
-        Threshold { threshold, value } => format!(
-            "select({x}, {}, {x} <= {})",
-            lit(value),
-            lit(threshold)
-        ),
-        I0 => format!("p_i0({x})"),
-        Sinc => format!("select(sin({x} * 3.14159265358979) / ({x} * 3.14159265358979), 1.0, {x} == 0.0)"),
-        LogicalNot => format!("p_b({x} == 0.0)"),
-    }
-}
-
-/// `b(x, y)` as a WGSL f32 expression over names.
-pub fn binary(b: BinaryOp, x: &str, y: &str) -> String {
-    use BinaryOp::*;
-    match b {
-        Add => format!("({x} + {y})"),
-        Sub => format!("({x} - {y})"),
-        Mul => format!("({x} * {y})"),
-        Div => format!("({x} / {y})"),
-        Pow => format!("p_pow({x}, {y})"),
-        Max => format!("p_max({x}, {y})"),
-        Min => format!("p_min({x}, {y})"),
-        Fmax => format!("p_fmax({x}, {y})"),
-        Fmin => format!("p_fmin({x}, {y})"),
-        DivTrunc => format!("trunc({x} / {y})"),
-        DivFloor => format!("p_div_floor({x}, {y})"),
-        Remainder => format!("p_remainder({x}, {y})"),
-        Fmod => format!("p_fmod({x}, {y})"),
-        Atan2 => format!("p_atan2({x}, {y})"),
-        Hypot => format!("p_hypot({x}, {y})"),
-        Copysign => format!("p_copysign({x}, {y})"),
-        Xlogy => format!("select(select({x} * log({y}), 0.0, {x} == 0.0), {y}, p_isnan({y}))"),
-        Heaviside => format!("select(p_b({x} > 0.0), {y}, {x} == 0.0)"),
-        Logaddexp => format!(
-            "select(p_fmax({x}, {y}) + p_log1p(exp(-abs({x} - {y}))), {x}, p_isinf({x}) && {x} == {y})"
-        ),
-        Eq => format!("p_b({x} == {y} && !p_isnan({x}) && !p_isnan({y}))"),
-        Ne => format!("p_b(!({x} == {y}) || p_isnan({x}) || p_isnan({y}))"),
-        Lt => format!("p_b({x} < {y} && !p_isnan({x}) && !p_isnan({y}))"),
-        Le => format!("p_b({x} <= {y} && !p_isnan({x}) && !p_isnan({y}))"),
-        Gt => format!("p_b({x} > {y} && !p_isnan({x}) && !p_isnan({y}))"),
-        Ge => format!("p_b({x} >= {y} && !p_isnan({x}) && !p_isnan({y}))"),
-        LogicalAnd => format!("p_b(!({x} == 0.0) && !({y} == 0.0))"),
-        LogicalOr => format!("p_b(!({x} == 0.0) || !({y} == 0.0))"),
-        LogicalXor => format!("p_b(({x} == 0.0) != ({y} == 0.0))"),
-    }
-}
-
-/// `t(x, y, z)` as a WGSL f32 expression over names.
-pub fn ternary(t: TernaryOp, x: &str, y: &str, z: &str) -> String {
-    use TernaryOp::*;
-    match t {
-        Where => format!("select({z}, {y}, !({x} == 0.0))"),
-        Lerp => format!(
-            "select({z2} - ({z2} - {x}) * (1.0 - {w}), {x} + {w} * ({z2} - {x}), abs({w}) < 0.5)",
-            z2 = y,
-            w = z
-        ),
-        Addcmul { value } => format!("({x} + {} * {y} * {z})", lit(value)),
-        Addcdiv { value } => format!("({x} + {} * ({y} / {z}))", lit(value)),
-        Clamp => format!("p_clamp({x}, {y}, {z})"),
     }
 }
 
@@ -434,13 +271,13 @@ pub fn expr(
             Instr::Binary(b) => {
                 let y = stack.pop().unwrap_or_default();
                 let x = stack.pop().unwrap_or_default();
-                push(&mut code, &mut stack, binary(*b, &x, &y));
+                push(&mut code, &mut stack, b.wgsl([&x, &y]));
             }
             Instr::Ternary(t) => {
                 let z = stack.pop().unwrap_or_default();
                 let y = stack.pop().unwrap_or_default();
                 let x = stack.pop().unwrap_or_default();
-                push(&mut code, &mut stack, ternary(*t, &x, &y, &z));
+                push(&mut code, &mut stack, t.wgsl([&x, &y, &z]));
             }
             Instr::Clamp { min, max } => {
                 let a = stack.pop().unwrap_or_default();
