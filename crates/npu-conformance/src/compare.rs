@@ -53,10 +53,6 @@ fn elem_tol(dt: DType) -> (f64, f64) {
     }
 }
 
-fn is_float(dt: DType) -> bool {
-    matches!(dt, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
-}
-
 /// The logical elements of output 0 as f64 (read through its binding).
 fn read_output(case: &Case, t: &HostTensor) -> Vec<f64> {
     let out = &case.outs[0];
@@ -77,7 +73,7 @@ pub fn judge(case: &Case, got: &[f64], want: &[f64]) -> (f64, String) {
     let want: Vec<f64> = want
         .iter()
         .map(|&w| {
-            if is_float(dt) || dt == DType::Bool {
+            if dt.is_float() || dt == DType::Bool {
                 f64::from(round_to(dt, w as f32))
             } else {
                 w.trunc()
@@ -108,7 +104,7 @@ pub fn judge(case: &Case, got: &[f64], want: &[f64]) -> (f64, String) {
             } else {
                 f64::INFINITY
             }
-        } else if !is_float(dt) {
+        } else if !dt.is_float() {
             if g == w {
                 0.0
             } else {

@@ -74,9 +74,10 @@ pub fn reference(case: &Case) -> Vec<f64> {
             residual,
             norm,
         } => {
-            let (x, w) = (&ins[0], &ins[1]);
-            let bias = (ins.len() - usize::from(norm.is_some()) == 3).then(|| &ins[2]);
-            let nw = norm.map(|_| &ins[ins.len() - 1]);
+            let (x, w, bias, nw) = case
+                .kernel
+                .gemm_operands(&ins)
+                .expect("a gemm case binds 2 to 4 inputs");
             let r = x.shape().len();
             let k = x.shape()[r - 1];
             let xdt = x.op.dtype;

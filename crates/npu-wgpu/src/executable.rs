@@ -61,37 +61,35 @@ fn upload(gpu: &Gpu, buf: &wgpu::Buffer, bytes: &[u8]) {
     }
 }
 
-/// Copies the first `bytes` of each buffer to the host, with one submission and one wait.
+/// A host-readable buffer for reading back `bytes` (rounded up to 4).
+fn staging(gpu: &Gpu, bytes: usize) -> wgpu::Buffer {
+    gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("readback"),
+        size: (bytes.max(4) as u64).div_ceil(4) * 4,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+/// Copies the first `bytes` of each `(buffer, its staging buffer, bytes)` to the host, with
+/// one submission and one wait.
 fn download(
     gpu: &Gpu,
-    bufs: &[(&wgpu::Buffer, usize)],
+    bufs: &[(&wgpu::Buffer, &wgpu::Buffer, usize)],
     mut encoder: wgpu::CommandEncoder,
 ) -> Result<Vec<Vec<u8>>> {
-    let staging: Vec<wgpu::Buffer> = bufs
-        .iter()
-        .map(|(b, n)| {
-            let size = (*n.max(&4) as u64).div_ceil(4) * 4;
-            let s = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("readback"),
-                size,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
-            encoder.copy_buffer_to_buffer(b, 0, &s, 0, size);
-            s
-        })
-        .collect();
+    for (b, s, _) in bufs {
+        encoder.copy_buffer_to_buffer(b, 0, s, 0, s.size());
+    }
     gpu.queue.submit([encoder.finish()]);
-    for s in &staging {
+    for (_, s, _) in bufs {
         s.map_async(wgpu::MapMode::Read, .., |_| {});
     }
     gpu.device
         .poll(wgpu::PollType::wait_indefinitely())
         .map_err(|e| gpu_error("waiting for the device", e))?;
-    staging
-        .iter()
-        .zip(bufs)
-        .map(|(s, (_, n))| {
+    bufs.iter()
+        .map(|(_, s, n)| {
             let v = s
                 .get_mapped_range(..)
                 .map_err(|e| gpu_error("reading back", e))?[..*n]
@@ -141,7 +139,8 @@ impl DeviceState for WgpuState {
     fn read(&self, name: &str) -> Result<HostTensor> {
         let s = self.bufs.get(name).ok_or_else(|| missing_state(name))?;
         let enc = self.gpu.device.create_command_encoder(&Default::default());
-        let bytes = download(&self.gpu, &[(&s.buf, io_bytes(&s.io))], enc)?.remove(0);
+        let n = io_bytes(&s.io);
+        let bytes = download(&self.gpu, &[(&s.buf, &staging(&self.gpu, n), n)], enc)?.remove(0);
         HostTensor::new(s.io.storage, s.io.shape.clone(), bytes)
     }
     fn write(&mut self, name: &str, value: &HostTensor) -> Result<()> {
@@ -185,12 +184,15 @@ pub struct WgpuExecutable {
     plan: IoPlan,
     inputs: Vec<Option<wgpu::Buffer>>,
     outputs: Vec<Option<wgpu::Buffer>>,
+    /// Where each non-donating output is read back (made once, reused every run).
+    readback: Vec<Option<wgpu::Buffer>>,
     weights: Vec<Arc<wgpu::Buffer>>,
     consts: Vec<wgpu::Buffer>,
     arena: wgpu::Buffer,
     steps: Vec<StepPipe>,
-    /// While profiling: timestamps at every step's pass boundaries and where they resolve.
-    queries: Option<(wgpu::QuerySet, wgpu::Buffer)>,
+    /// While profiling: timestamps at every step's pass boundaries, where they resolve, and
+    /// where that is read back.
+    queries: Option<(wgpu::QuerySet, wgpu::Buffer, wgpu::Buffer)>,
     step_ms: StepTimes,
 }
 
@@ -226,6 +228,12 @@ impl WgpuExecutable {
                     .transpose()
             })
             .collect::<Result<_>>()?;
+        let readback = program
+            .outputs
+            .iter()
+            .zip(&plan.donates)
+            .map(|(io, d)| d.is_none().then(|| staging(&gpu, io_bytes(io))))
+            .collect();
         let weights = prepare::weights(&program, weights, cache, |name, host| {
             let buf = storage(&gpu, host.bytes().len(), &format!("weight '{name}'"))?;
             upload(&gpu, &buf, host.bytes());
@@ -252,6 +260,7 @@ impl WgpuExecutable {
             plan,
             inputs,
             outputs,
+            readback,
             weights,
             consts,
             arena,
@@ -395,7 +404,8 @@ impl Executable for WgpuExecutable {
                 usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             });
-            (set, resolve)
+            let read = staging(&self.gpu, resolve.size() as usize);
+            (set, resolve, read)
         });
         self.step_ms
             .set(self.queries.is_some(), self.program.steps.len());
@@ -477,7 +487,7 @@ impl Executable for WgpuExecutable {
                     pass.dispatch_workgroups(s.groups.0, s.groups.1, 1);
                 }
             }
-            Some((set, resolve)) => {
+            Some((set, resolve, _)) => {
                 let timed = self.steps.len().min(MAX_TIMED_STEPS);
                 for (i, (s, g)) in self.steps.iter().zip(&groups).enumerate() {
                     let writes = (i < timed).then(|| wgpu::ComputePassTimestampWrites {
@@ -496,18 +506,19 @@ impl Executable for WgpuExecutable {
                 encoder.resolve_query_set(set, 0..2 * timed as u32, resolve, 0);
             }
         }
-        let plain: Vec<(usize, &wgpu::Buffer)> = self
+        let plain: Vec<(usize, &wgpu::Buffer, &wgpu::Buffer)> = self
             .outputs
             .iter()
+            .zip(&self.readback)
             .enumerate()
-            .filter_map(|(o, b)| b.as_ref().map(|b| (o, b)))
+            .filter_map(|(o, (b, r))| Some((o, b.as_ref()?, r.as_ref()?)))
             .collect();
-        let mut reads: Vec<(&wgpu::Buffer, usize)> = plain
+        let mut reads: Vec<(&wgpu::Buffer, &wgpu::Buffer, usize)> = plain
             .iter()
-            .map(|(o, b)| (*b, io_bytes(&self.program.outputs[*o])))
+            .map(|(o, b, r)| (*b, *r, io_bytes(&self.program.outputs[*o])))
             .collect();
-        if let Some((_, resolve)) = &self.queries {
-            reads.push((resolve, resolve.size() as usize));
+        if let Some((_, resolve, read)) = &self.queries {
+            reads.push((resolve, read, resolve.size() as usize));
         }
         let mut bytes = download(&self.gpu, &reads, encoder)?;
         if self.queries.is_some() {
@@ -522,7 +533,7 @@ impl Executable for WgpuExecutable {
         plain
             .iter()
             .zip(bytes)
-            .map(|((o, _), b)| {
+            .map(|((o, _, _), b)| {
                 let io = &self.program.outputs[*o];
                 Ok((io.name.clone(), prepare::output_tensor(io, &b)?))
             })

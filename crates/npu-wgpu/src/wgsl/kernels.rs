@@ -101,9 +101,13 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
             norm,
         } => {
             let (x, w) = (&ops[0], &ops[1]);
-            let n_norm = usize::from(norm.is_some());
-            let bias = (n_in - n_norm == 3).then_some(2);
-            let nw = norm.map(|_| n_in - 1);
+            // Which inputs are the bias and the norm weight, by the contract's own reading.
+            let positions: Vec<usize> = (0..n_in).collect();
+            let (_, _, bias, nw) = step
+                .kernel
+                .gemm_operands(&positions)
+                .ok_or("gemm with a wrong operand count")?;
+            let (bias, nw) = (bias.copied(), nw.copied());
             let k = x.shape[x.shape.len() - 1];
             b += &unravel("i", "t", oshape);
             let idx = names("i", r);
