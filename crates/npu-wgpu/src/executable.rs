@@ -110,12 +110,20 @@ struct StateBuf {
 pub struct WgpuState {
     gpu: Arc<Gpu>,
     bufs: HashMap<String, StateBuf>,
+    /// Unique per state, and bumped whenever a buffer is added: an executable's bind groups
+    /// made for one (id, generation) stay valid while it is unchanged.
+    id: u64,
+    generation: u64,
 }
+
+/// Ids of the states made so far.
+static STATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl WgpuState {
     fn ensure(&mut self, io: &IoTensor) -> Result<&wgpu::Buffer> {
         if !self.bufs.contains_key(&io.name) {
             let buf = storage(&self.gpu, io_bytes(io), &format!("state '{}'", io.name))?;
+            self.generation += 1;
             self.bufs.insert(
                 io.name.clone(),
                 StateBuf {
@@ -193,6 +201,8 @@ pub struct WgpuExecutable {
     /// While profiling: timestamps at every step's pass boundaries, where they resolve, and
     /// where that is read back.
     queries: Option<(wgpu::QuerySet, wgpu::Buffer, wgpu::Buffer)>,
+    /// The bind groups of the last run and the state (id, generation) they were made for.
+    groups: Option<((u64, u64), Vec<wgpu::BindGroup>)>,
     step_ms: StepTimes,
 }
 
@@ -266,6 +276,7 @@ impl WgpuExecutable {
             arena,
             steps: Vec::new(),
             queries: None,
+            groups: None,
             step_ms: StepTimes::default(),
         };
         exe.steps = (0..exe.program.steps.len())
@@ -367,6 +378,31 @@ impl WgpuExecutable {
         })
     }
 
+    /// Every step's bind group over this executable's buffers and `state`'s.
+    fn bind_groups(&self, state: &WgpuState) -> Vec<wgpu::BindGroup> {
+        self.steps
+            .iter()
+            .map(|s| {
+                let entries: Vec<wgpu::BindGroupEntry> = s
+                    .buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(j, b)| wgpu::BindGroupEntry {
+                        binding: j as u32,
+                        resource: self.buffer(*b, state).as_entire_binding(),
+                    })
+                    .collect();
+                self.gpu
+                    .device
+                    .create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &s.layout,
+                        entries: &entries,
+                    })
+            })
+            .collect()
+    }
+
     fn buffer<'a>(&'a self, b: Buf, state: &'a WgpuState) -> &'a wgpu::Buffer {
         match b {
             Buf::Input(i) => match &self.inputs[i] {
@@ -419,6 +455,8 @@ impl Executable for WgpuExecutable {
         Box::new(WgpuState {
             gpu: self.gpu.clone(),
             bufs: HashMap::new(),
+            id: STATES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            generation: 0,
         })
     }
 
@@ -457,31 +495,17 @@ impl Executable for WgpuExecutable {
             }
         }
         let device = &self.gpu.device;
-        let groups: Vec<wgpu::BindGroup> = self
-            .steps
-            .iter()
-            .map(|s| {
-                let entries: Vec<wgpu::BindGroupEntry> = s
-                    .buffers
-                    .iter()
-                    .enumerate()
-                    .map(|(j, b)| wgpu::BindGroupEntry {
-                        binding: j as u32,
-                        resource: self.buffer(*b, state).as_entire_binding(),
-                    })
-                    .collect();
-                device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &s.layout,
-                    entries: &entries,
-                })
-            })
-            .collect();
+        let key = (state.id, state.generation);
+        if self.groups.as_ref().is_none_or(|(k, _)| *k != key) {
+            let groups = self.bind_groups(state);
+            self.groups = Some((key, groups));
+        }
+        let groups = &self.groups.as_ref().expect("made above").1;
         let mut encoder = device.create_command_encoder(&Default::default());
         match &self.queries {
             None => {
                 let mut pass = encoder.begin_compute_pass(&Default::default());
-                for (s, g) in self.steps.iter().zip(&groups) {
+                for (s, g) in self.steps.iter().zip(groups) {
                     pass.set_pipeline(&s.pipeline);
                     pass.set_bind_group(0, g, &[]);
                     pass.dispatch_workgroups(s.groups.0, s.groups.1, 1);
@@ -489,7 +513,7 @@ impl Executable for WgpuExecutable {
             }
             Some((set, resolve, _)) => {
                 let timed = self.steps.len().min(MAX_TIMED_STEPS);
-                for (i, (s, g)) in self.steps.iter().zip(&groups).enumerate() {
+                for (i, (s, g)) in self.steps.iter().zip(groups).enumerate() {
                     let writes = (i < timed).then(|| wgpu::ComputePassTimestampWrites {
                         query_set: set,
                         beginning_of_pass_write_index: Some(2 * i as u32),
