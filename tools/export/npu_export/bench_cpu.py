@@ -32,6 +32,18 @@ def sh(cmd: list[str]) -> str:
     return res.stdout
 
 
+def sh_peak_rss(cmd: list[str]) -> tuple[str, int]:
+    """``sh`` that also returns the child's peak resident memory in bytes (Linux)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, out)
+    return out, usage.ru_maxrss * 1024
+
+
 def median_ms(fn: Any, repeat: int, warmup: int = 3) -> float:
     for _ in range(warmup):
         fn()
@@ -138,9 +150,9 @@ def bench_qwen(npu: str, qdir: Path, tokens: int, repeat: int) -> dict[str, Any]
     for g in ("prefill", "decode"):
         sh([npu, "compile", str(qdir / f"{g}.ir.json"), "-o", str(qdir / f"{g}.npubin"), "--dtype", "bf16"])
     ids = [(i * 7919) % 151936 for i in range(128)]
-    prefill_runs, decode_runs = [], []
+    prefill_runs, decode_runs, peak_rss = [], [], 0
     for _ in range(max(1, repeat)):
-        out = sh(
+        out, rss = sh_peak_rss(
             [
                 npu,
                 "generate",
@@ -156,6 +168,7 @@ def bench_qwen(npu: str, qdir: Path, tokens: int, repeat: int) -> dict[str, Any]
                 str(tokens + 1),
             ]
         )
+        peak_rss = max(peak_rss, rss)
         pm = re.search(r"prefill: ([0-9.]+) ms", out)
         dm = re.search(r"\(([0-9.]+) ms/token", out)
         assert pm and dm, out
@@ -196,6 +209,7 @@ def bench_qwen(npu: str, qdir: Path, tokens: int, repeat: int) -> dict[str, Any]
         "decode_ratio": ours_decode / theirs_decode,
         "weight_bytes": weight_bytes,
         "npu_decode_weight_read_gbs": weight_bytes / (ours_decode / 1e3) / 1e9,
+        "npu_generate_peak_rss_gb": peak_rss / 1e9,
     }
 
 
@@ -249,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'qwen2.5-1.5b':<14} {'bf16 decode / token':<22} {q['npu_decode_ms_per_token']:>9.1f} ms "
             f"{q['pytorch_decode_ms_per_token']:>9.1f} ms {q['decode_ratio']:>6.2f}x"
         )
+        print(f"{'qwen2.5-1.5b':<14} {'npu generate peak RSS':<22} {q['npu_generate_peak_rss_gb']:>9.2f} GB")
         share = q["npu_decode_weight_read_gbs"] / result["copy_bandwidth_gbs"]
         print(
             f"decode reads {q['weight_bytes'] / 1e9:.2f} GB of weights per token: "
