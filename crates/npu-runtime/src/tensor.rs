@@ -113,6 +113,14 @@ pub fn cast_bytes(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> Result<
         dst.copy_from_slice(&src[..dst.len()]);
         return Ok(());
     }
+    if cast_floats_fast(
+        &src[..(n * from.size_bytes()).min(src.len())],
+        from,
+        dst,
+        to,
+    ) {
+        return Ok(());
+    }
     match (from.is_float(), to.is_float()) {
         (false, false) => {
             for i in 0..n {
@@ -137,6 +145,53 @@ pub fn cast_bytes(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> Result<
         (true, false) => return Err(RuntimeError::Conversion { from, to }),
     }
     Ok(())
+}
+
+/// f32 <-> f16/bf16 over whole aligned slices with `half`'s slice conversions (F16C where the
+/// CPU has it, detected at run time): the host side of every upload and download of 16-bit
+/// tensors. False when the pair or the alignment does not fit; the caller converts per element.
+fn cast_floats_fast(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> bool {
+    use half::slice::HalfFloatSliceExt;
+    use half::{bf16, f16};
+    // SAFETY: every bit pattern is a valid f32, u16, f16 and bf16 (plain old data), and
+    // `align_to` only yields correctly aligned middle parts.
+    unsafe {
+        match (from, to) {
+            (DType::F32, DType::F16 | DType::BF16) => {
+                let (p, s, q) = src.align_to::<f32>();
+                let (dp, d, dq) = dst.align_to_mut::<u16>();
+                if !p.is_empty() || !q.is_empty() || !dp.is_empty() || !dq.is_empty() {
+                    return false;
+                }
+                if s.len() != d.len() {
+                    return false;
+                }
+                if to == DType::F16 {
+                    d.align_to_mut::<f16>().1.convert_from_f32_slice(s);
+                } else {
+                    d.align_to_mut::<bf16>().1.convert_from_f32_slice(s);
+                }
+                true
+            }
+            (DType::F16 | DType::BF16, DType::F32) => {
+                let (p, s, q) = src.align_to::<u16>();
+                let (dp, d, dq) = dst.align_to_mut::<f32>();
+                if !p.is_empty() || !q.is_empty() || !dp.is_empty() || !dq.is_empty() {
+                    return false;
+                }
+                if s.len() != d.len() {
+                    return false;
+                }
+                if from == DType::F16 {
+                    s.align_to::<f16>().1.convert_to_f32_slice(d);
+                } else {
+                    s.align_to::<bf16>().1.convert_to_f32_slice(d);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 fn arr<const N: usize>(b: &[u8], i: usize) -> [u8; N] {
@@ -223,5 +278,48 @@ mod tests {
         assert!(t.cast(DType::I64).is_err());
         let i = HostTensor::from_i64(vec![2], &[7, -3]);
         assert_eq!(i.cast(DType::I32).unwrap().to_i64_vec(), vec![7, -3]);
+    }
+
+    /// The slice fast path and the per-element path agree bit for bit, aligned or not.
+    #[test]
+    fn fast_float_casts_match_the_element_path() {
+        let mut v: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919) % 2003) as f32 * 0.37 - 300.0)
+            .collect();
+        v.extend([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            65504.0,
+            65520.0,
+            1e-8,
+            6e-5,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+        ]);
+        let src: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        for to in [DType::F16, DType::BF16] {
+            let mut slow = vec![0u8; v.len() * 2];
+            for (i, &x) in v.iter().enumerate() {
+                store_f32(&mut slow, to, i, x);
+            }
+            // aligned source and destination (the fast path), then a source one byte off
+            let mut fast = vec![0u8; v.len() * 2];
+            cast_bytes(&src, DType::F32, &mut fast, to).unwrap();
+            assert_eq!(fast, slow, "{to}");
+            let mut shifted = vec![0u8; src.len() + 1];
+            shifted[1..].copy_from_slice(&src);
+            let mut off = vec![0u8; v.len() * 2];
+            cast_bytes(&shifted[1..], DType::F32, &mut off, to).unwrap();
+            assert_eq!(off, slow, "{to} unaligned");
+            let mut back = vec![0u8; v.len() * 4];
+            cast_bytes(&slow, to, &mut back, DType::F32).unwrap();
+            for i in 0..v.len() {
+                let want = load_f32(&slow, to, i);
+                let got = f32::from_le_bytes(back[i * 4..i * 4 + 4].try_into().unwrap());
+                assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()));
+            }
+        }
     }
 }
