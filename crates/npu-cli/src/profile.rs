@@ -42,3 +42,21 @@ pub fn print(title: &str, steps: &[StepTime], top: usize) {
         );
     }
 }
+
+/// Prints where the backend's start-up time went, when it reports phases.
+pub fn print_startup(backend: &dyn npu_runtime::Backend) {
+    let phases = backend.startup();
+    if phases.is_empty() {
+        return;
+    }
+    let total: f64 = phases.iter().map(|p| p.1).sum();
+    let parts: Vec<String> = phases
+        .iter()
+        .map(|(what, ms)| format!("{what} {ms:.1} ms"))
+        .collect();
+    say!(
+        "start-up of the {} backend: {total:.1} ms ({})",
+        backend.name(),
+        parts.join(", ")
+    );
+}

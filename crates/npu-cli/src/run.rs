@@ -97,6 +97,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     report(&a, "", prepare_ms, &times, &all);
     if a.profile {
+        crate::profile::print_startup(backend.as_ref());
         crate::profile::print(&a.program.display().to_string(), &exe.profile(), 10);
     }
     Ok(())

@@ -86,6 +86,7 @@ pub fn run(a: RunArgs, g: GraphArgs) -> Result<()> {
     }
     report(&a, " (+ cpu fallback)", prepare_ms, &times, &all);
     if a.profile {
+        crate::profile::print_startup(backend.as_ref());
         let stats = dag.stats();
         let plan = dag.plan();
         say!(

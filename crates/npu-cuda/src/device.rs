@@ -7,7 +7,8 @@ use crate::nvrtc;
 use cudarc::cublaslt::sys as ltsys;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 /// The kernels of the static library (kernels/*.cu), by name.
 pub(crate) const LIBRARY_KERNELS: &[&str] = &[
@@ -62,7 +63,9 @@ unsafe impl Sync for Func {}
 pub struct Device {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
-    pub(crate) lt: LtHandle,
+    /// Made at the first GEMM planned: loading cuBLASLt costs start-up time that a program
+    /// without GEMMs does not need.
+    lt: OnceLock<LtHandle>,
     pub(crate) arch: (i32, i32),
     pub(crate) sms: i32,
     pub(crate) name: String,
@@ -70,6 +73,8 @@ pub struct Device {
     modules: Mutex<Vec<Arc<CudaModule>>>,
     /// Generated modules (elementwise kernels) by source hash.
     generated: Mutex<HashMap<u64, Vec<(String, Func)>>>,
+    /// Wall time of each start-up phase, in order (see [`Device::startup`]).
+    startup: Mutex<Vec<(&'static str, f64)>>,
 }
 
 pub(crate) struct LtHandle(pub ltsys::cublasLtHandle_t);
@@ -79,33 +84,22 @@ unsafe impl Send for LtHandle {}
 unsafe impl Sync for LtHandle {}
 
 impl Device {
-    /// Opens device 0, or says why there is none.
+    /// Opens device 0, or says why there is none. Loads the driver and the kernel library
+    /// (from the CUBIN cache when it holds it); NVRTC and cuBLASLt are loaded when first
+    /// needed.
     pub fn open() -> CudaResult<Arc<Device>> {
-        // SAFETY: only probes whether the shared libraries can be opened.
-        let present = unsafe {
-            (
-                cudarc::driver::sys::is_culib_present(),
-                cudarc::nvrtc::sys::is_culib_present(),
-                cudarc::cublaslt::sys::is_culib_present(),
-            )
+        let mut phases = Vec::new();
+        let mut t = Instant::now();
+        let mut lap = |what: &'static str, phases: &mut Vec<(&'static str, f64)>| {
+            phases.push((what, t.elapsed().as_secs_f64() * 1e3));
+            t = Instant::now();
         };
-        match present {
-            (false, _, _) => {
-                return Err(CudaError::NoDevice(
-                    "the CUDA driver library (libcuda.so) was not found".into(),
-                ))
-            }
-            (_, false, _) => {
-                return Err(CudaError::NoDevice(
-                    "the NVRTC library (libnvrtc.so) was not found".into(),
-                ))
-            }
-            (_, _, false) => {
-                return Err(CudaError::NoDevice(
-                    "the cuBLASLt library (libcublasLt.so) was not found".into(),
-                ))
-            }
-            _ => {}
+        // SAFETY: only probes whether the shared library can be opened (cudarc's loader
+        // panics on a missing one).
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(CudaError::NoDevice(
+                "the CUDA driver library (libcuda.so) was not found".into(),
+            ));
         }
         result::init().map_err(|e| CudaError::NoDevice(format!("cuInit failed: {e:?}")))?;
         let n = CudaContext::device_count()
@@ -113,6 +107,7 @@ impl Device {
         if n < 1 {
             return Err(CudaError::NoDevice("the driver reports 0 devices".into()));
         }
+        lap("driver", &mut phases);
         let ctx = CudaContext::new(0).map_err(|e| CudaError::driver("opening device 0", e))?;
         // SAFETY: this backend never uses cudarc's tracked slices; raw allocations only.
         unsafe { ctx.disable_event_tracking() };
@@ -126,20 +121,18 @@ impl Device {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| CudaError::driver("SM count", e))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
-        let lt = cudarc::cublaslt::result::create_handle().map_err(|e| CudaError::Blas {
-            what: "creating the handle".into(),
-            message: format!("{e:?}"),
-        })?;
+        lap("context", &mut phases);
         let mut dev = Device {
             ctx,
             stream,
-            lt: LtHandle(lt),
+            lt: OnceLock::new(),
             arch,
             sms,
             name,
             library: HashMap::new(),
             modules: Mutex::new(Vec::new()),
             generated: Mutex::new(HashMap::new()),
+            startup: Mutex::new(Vec::new()),
         };
         let funcs = dev.load(&library_source(), "the kernel library", LIBRARY_KERNELS)?;
         for (name, f) in LIBRARY_KERNELS.iter().zip(funcs) {
@@ -157,7 +150,54 @@ impl Device {
             }
             .map_err(|e| CudaError::driver(format!("shared memory limit of {k}"), e))?;
         }
+        lap("kernel library", &mut phases);
+        *dev.startup.get_mut().unwrap_or_else(|e| e.into_inner()) = phases;
         Ok(Arc::new(dev))
+    }
+
+    /// The cuBLASLt handle, made (and the library loaded) at the first call.
+    pub(crate) fn lt(&self) -> CudaResult<ltsys::cublasLtHandle_t> {
+        if let Some(h) = self.lt.get() {
+            return Ok(h.0);
+        }
+        let t = Instant::now();
+        // SAFETY: only probes whether the shared library can be opened (cudarc's loader
+        // panics on a missing one).
+        if !unsafe { ltsys::is_culib_present() } {
+            return Err(CudaError::MissingLibrary(
+                "the cuBLASLt library (libcublasLt.so), needed for GEMMs,".into(),
+            ));
+        }
+        self.bind()?;
+        let h = cudarc::cublaslt::result::create_handle().map_err(|e| CudaError::Blas {
+            what: "creating the handle".into(),
+            message: format!("{e:?}"),
+        })?;
+        if let Err(other) = self.lt.set(LtHandle(h)) {
+            // Another thread made one first: keep theirs.
+            // SAFETY: `other` holds the handle made above, used by nobody.
+            let _ = unsafe { cudarc::cublaslt::result::destroy_handle(other.0) };
+        } else {
+            self.record("cuBLASLt", t);
+        }
+        Ok(self.lt.get().map(|h| h.0).unwrap_or(h))
+    }
+
+    fn record(&self, what: &'static str, since: Instant) {
+        self.startup
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((what, since.elapsed().as_secs_f64() * 1e3));
+    }
+
+    /// Wall time of each start-up phase so far, in ms: the driver, the context, the kernel
+    /// library (CUBIN cache or NVRTC), then cuBLASLt and generated kernels as they were
+    /// first needed.
+    pub fn startup(&self) -> Vec<(&'static str, f64)> {
+        self.startup
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn bind(&self) -> CudaResult<()> {
@@ -176,10 +216,10 @@ impl Device {
 
     /// Compiles (or takes from the disk cache) `src` and returns the named functions.
     pub(crate) fn load(&self, src: &str, what: &str, names: &[&str]) -> CudaResult<Vec<Func>> {
-        let ptx = nvrtc::compile_cached(src, self.arch, what)?;
+        let cubin = nvrtc::compile_cached(src, self.arch, what)?;
         let module = self
             .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .map_err(|e| CudaError::driver(format!("loading {what}"), e))?;
         let mut out = Vec::with_capacity(names.len());
         for n in names {
@@ -211,7 +251,9 @@ impl Device {
             return Ok(v.iter().cloned().collect());
         }
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let t = Instant::now();
         let funcs = self.load(src, "generated elementwise kernels", &refs)?;
+        self.record("generated kernels", t);
         let v: Vec<(String, Func)> = names.iter().cloned().zip(funcs).collect();
         self.generated
             .lock()
@@ -224,8 +266,10 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
-        // SAFETY: the handle was created by `open` and nothing uses it after the device.
-        let _ = unsafe { cudarc::cublaslt::result::destroy_handle(self.lt.0) };
+        if let Some(h) = self.lt.get() {
+            // SAFETY: the handle was created by `lt` and nothing uses it after the device.
+            let _ = unsafe { cudarc::cublaslt::result::destroy_handle(h.0) };
+        }
     }
 }
 

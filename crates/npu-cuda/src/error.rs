@@ -12,6 +12,10 @@ pub enum CudaError {
     Driver { what: String, message: String },
     #[error("NVRTC could not compile {what}: {message}")]
     Compile { what: String, message: String },
+    /// A library needed only by some programs (NVRTC on a kernel-cache miss, cuBLASLt for
+    /// GEMMs) is not installed.
+    #[error("{0} is not installed (it is loaded when a program first needs it)")]
+    MissingLibrary(String),
     #[error("cuBLASLt error in {what}: {message}")]
     Blas { what: String, message: String },
 }

@@ -1,6 +1,7 @@
 //! The prepared program on the GPU: every buffer allocated and every weight uploaded at
-//! prepare; a run uploads the inputs into fixed device buffers, replays the captured CUDA
-//! graph (after one eager warm-up run), checks the error word and downloads the outputs.
+//! prepare; a run uploads the inputs into fixed device buffers (through page-locked
+//! staging, asynchronously), replays the captured CUDA graph (after one eager warm-up run),
+//! downloads the error word and the outputs, and synchronizes once.
 
 use crate::device::{DevBuf, Device};
 use crate::error::{CudaError, CudaResult};
@@ -10,7 +11,7 @@ use crate::loc::{Bases, Loc};
 use crate::lt_call::LT_WORKSPACE;
 use crate::plan::Planner;
 use crate::state::CudaState;
-use cudarc::driver::result;
+use cudarc::driver::{result, CudaEvent};
 use npu_program::program::{IoTensor, Kernel};
 use npu_program::Program;
 use npu_runtime::prepare::{self, io_bytes, IoPlan};
@@ -24,7 +25,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 mod device_io;
+mod staging;
 pub use device_io::DevicePtr;
+use staging::Pinned;
 
 pub struct CudaExecutable {
     dev: Arc<Device>,
@@ -37,6 +40,12 @@ pub struct CudaExecutable {
     arena: DevBuf,
     scratch: DevBuf,
     err: DevBuf,
+    /// Page-locked staging per plain input and output (None: state, or no staging).
+    in_stage: Vec<Option<Pinned>>,
+    out_stage: Vec<Option<Pinned>>,
+    err_stage: Pinned,
+    /// Events around the run's kernels, made once.
+    marks: (CudaEvent, CudaEvent),
     steps: Vec<Vec<Launch>>,
     clear: KernelLaunch,
     bound: Option<Vec<u64>>,
@@ -134,6 +143,32 @@ impl CudaExecutable {
             smem: 0,
             args: vec![Arg::Ptr(0, Loc::Err)],
         };
+        let stage = |t: &IoTensor, on: bool| -> Result<Option<Pinned>> {
+            Ok(if on {
+                Some(Pinned::new(&dev, io_bytes(t), &t.name)?)
+            } else {
+                None
+            })
+        };
+        let in_stage = program
+            .inputs
+            .iter()
+            .zip(&inputs)
+            .map(|(t, b)| stage(t, b.is_some()))
+            .collect::<Result<Vec<_>>>()?;
+        let out_stage = program
+            .outputs
+            .iter()
+            .zip(&outputs)
+            .map(|(t, b)| stage(t, b.is_some()))
+            .collect::<Result<Vec<_>>>()?;
+        let err_stage = Pinned::new(&dev, 4, "the error word")?;
+        let event = || {
+            dev.ctx
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| CudaError::driver("creating an event", e))
+        };
+        let marks = (event()?, event()?);
         let n_in = program.inputs.len();
         let use_graph = std::env::var("NPU_CUDA_GRAPH").map_or(true, |v| v != "0");
         Ok(CudaExecutable {
@@ -147,6 +182,10 @@ impl CudaExecutable {
             arena,
             scratch,
             err,
+            in_stage,
+            out_stage,
+            err_stage,
+            marks,
             steps,
             clear,
             bound: None,
@@ -174,6 +213,8 @@ impl CudaExecutable {
         self.graph.is_some()
     }
 
+    /// Enqueues every given input's upload (plain inputs through their staging buffers,
+    /// state inputs synchronously into the state) and returns the input addresses.
     fn upload_inputs(
         &mut self,
         inputs: &[(&str, &HostTensor)],
@@ -182,22 +223,29 @@ impl CudaExecutable {
         self.provided.iter_mut().for_each(|p| *p = false);
         for (name, t) in inputs {
             let (i, io) = match_input(&self.program, name, t)?;
-            let mut host;
-            let bytes: &[u8] = if t.dtype() == io.storage {
-                t.bytes()
-            } else {
-                host = vec![0u8; io_bytes(io)];
-                cast_bytes(t.bytes(), t.dtype(), &mut host, io.storage).map_err(|e| {
-                    RuntimeError::Tensor {
-                        name: io.name.clone(),
-                        message: e.to_string(),
+            match (&self.inputs[i], &mut self.in_stage[i]) {
+                (Some(buf), Some(stage)) => staging::upload_async(
+                    &self.dev,
+                    stage,
+                    t.bytes(),
+                    t.dtype(),
+                    io.storage,
+                    buf.ptr,
+                    &io.name,
+                )?,
+                (buf, _) => {
+                    let mut host = vec![0u8; io_bytes(io)];
+                    cast_bytes(t.bytes(), t.dtype(), &mut host, io.storage).map_err(|e| {
+                        RuntimeError::Tensor {
+                            name: io.name.clone(),
+                            message: e.to_string(),
+                        }
+                    })?;
+                    match buf {
+                        Some(buf) => buf.upload(&host, &io.name)?,
+                        None => state.ensure(io)?.buf.upload(&host, &io.name)?,
                     }
-                })?;
-                &host
-            };
-            match &self.inputs[i] {
-                Some(buf) => buf.upload(bytes, &io.name)?,
-                None => state.ensure(io)?.buf.upload(bytes, &io.name)?,
+                }
             }
             self.provided[i] = true;
         }
@@ -309,29 +357,32 @@ impl CudaExecutable {
             .map_err(|e| CudaError::driver("synchronizing", e))
     }
 
+    /// Enqueues the run's kernels (the captured graph once warm) between the two marks;
+    /// with profiling on, runs eagerly with a device event between steps and waits for them.
     fn execute(&mut self) -> Result<()> {
         let stream = self.dev.cu_stream();
-        let ev = |what| {
-            self.dev
-                .ctx
-                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| CudaError::driver(what, e))
+        let dev = self.dev.clone();
+        let record = |e: &CudaEvent| {
+            e.record(&dev.stream)
+                .map_err(|e| CudaError::driver("recording an event", e))
         };
         if self.step_ms.is_on() {
             // Eager, with a device event between steps: each step's GPU time without host
             // synchronization in between (the events add well under a microsecond each).
             Self::launch_kernel(&self.dev, &mut self.clear)?;
             let marks = (0..=self.steps.len())
-                .map(|_| ev("creating an event"))
+                .map(|_| {
+                    self.dev
+                        .ctx
+                        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(|e| CudaError::driver("creating an event", e))
+                })
                 .collect::<std::result::Result<Vec<_>, CudaError>>()?;
             for (si, mark) in marks.iter().enumerate().take(self.steps.len()) {
-                mark.record(&self.dev.stream)
-                    .map_err(|e| CudaError::driver("recording an event", e))?;
+                record(mark)?;
                 self.launch_step(si).map_err(|e| self.step_err(si, e))?;
             }
-            marks[self.steps.len()]
-                .record(&self.dev.stream)
-                .map_err(|e| CudaError::driver("recording an event", e))?;
+            record(&marks[self.steps.len()])?;
             self.sync()?;
             for (si, pair) in marks.windows(2).enumerate() {
                 let ms = pair[0].elapsed_ms(&pair[1]).unwrap_or(0.0);
@@ -339,10 +390,7 @@ impl CudaExecutable {
             }
             return Ok(());
         }
-        let (start, stop) = (ev("creating an event")?, ev("creating an event")?);
-        start
-            .record(&self.dev.stream)
-            .map_err(|e| CudaError::driver("recording an event", e))?;
+        record(&self.marks.0)?;
         if self.graph.is_none() && self.warm && self.use_graph {
             Graph::begin(stream)?;
             let launched = self.launch_all();
@@ -357,16 +405,13 @@ impl CudaExecutable {
                 self.warm = true;
             }
         }
-        stop.record(&self.dev.stream)
-            .map_err(|e| CudaError::driver("recording an event", e))?;
-        self.sync()?;
-        self.last_gpu_ms = start.elapsed_ms(&stop).unwrap_or(0.0);
+        record(&self.marks.1)?;
         Ok(())
     }
 
     /// Binds the input buffers at `ptrs` (relocating the launches and dropping the captured
-    /// graph when they moved), runs, and checks the kernels' error word.
-    fn execute_bound(&mut self, ptrs: Vec<u64>) -> Result<()> {
+    /// graph when they moved), then enqueues the run and the error word's download.
+    fn launch_bound(&mut self, ptrs: Vec<u64>) -> Result<()> {
         if self.bound.as_ref() != Some(&ptrs) {
             self.relocate(&ptrs);
             self.bound = Some(ptrs);
@@ -374,8 +419,19 @@ impl CudaExecutable {
             self.warm = false;
         }
         self.execute()?;
+        self.err_stage
+            .download_async(self.err.ptr, "the error word")?;
+        Ok(())
+    }
+
+    /// Waits for everything enqueued, then takes the kernels' time and checks the error word.
+    fn finish(&mut self) -> Result<()> {
+        self.sync()?;
+        if !self.step_ms.is_on() {
+            self.last_gpu_ms = self.marks.0.elapsed_ms(&self.marks.1).unwrap_or(0.0);
+        }
         let mut word = [0u8; 4];
-        self.err.download(&mut word, "the error word")?;
+        word.copy_from_slice(&self.err_stage.bytes()[..4]);
         let code = i32::from_le_bytes(word);
         if code > 0 {
             let si = (code - 1) as usize;
@@ -386,6 +442,18 @@ impl CudaExecutable {
                 kernel: s.kernel.kind(),
                 message: "an index (embedding id or index_copy index) is out of range".into(),
             });
+        }
+        Ok(())
+    }
+
+    /// Enqueues the uploads, the run and the outputs' downloads.
+    fn enqueue_run(&mut self, inputs: &[(&str, &HostTensor)], state: &mut CudaState) -> Result<()> {
+        let ptrs = self.upload_inputs(inputs, state)?;
+        self.launch_bound(ptrs)?;
+        for (oi, o) in self.program.outputs.iter().enumerate() {
+            if let (Some(buf), Some(stage)) = (&self.outputs[oi], &mut self.out_stage[oi]) {
+                stage.download_async(buf.ptr, &o.name)?;
+            }
         }
         Ok(())
     }
@@ -418,14 +486,17 @@ impl Executable for CudaExecutable {
     ) -> Result<Vec<(String, HostTensor)>> {
         let state = downcast_state::<CudaState>(state)?;
         self.dev.bind()?;
-        let ptrs = self.upload_inputs(inputs, state)?;
-        self.execute_bound(ptrs)?;
+        if let Err(e) = self.enqueue_run(inputs, state) {
+            // Nothing may still copy from or into the staging buffers when the next run
+            // writes them.
+            let _ = self.sync();
+            return Err(e);
+        }
+        self.finish()?;
         let mut out = Vec::new();
         for (oi, o) in self.program.outputs.iter().enumerate() {
-            if let Some(buf) = &self.outputs[oi] {
-                let mut raw = vec![0u8; io_bytes(o)];
-                buf.download(&mut raw, &o.name)?;
-                out.push((o.name.clone(), prepare::output_tensor(o, &raw)?));
+            if let Some(stage) = &self.out_stage[oi] {
+                out.push((o.name.clone(), prepare::output_tensor(o, stage.bytes())?));
             }
         }
         Ok(out)

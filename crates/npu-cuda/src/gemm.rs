@@ -167,6 +167,7 @@ pub(crate) fn plan_lt(
             (t, ld, bs, out.loc, bias.map(|v| (v.loc, t)))
         }
     };
+    let handle = dev.lt()?;
     let f32t = ltsys::cudaDataType::CUDA_R_32F;
     let desc = lt::create_matmul_desc(ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, f32t)
         .map_err(blas("matmul descriptor"))?;
@@ -241,7 +242,7 @@ pub(crate) fn plan_lt(
             &ws as *const u64 as *const c_void,
             8,
         );
-        let h = lt::get_matmul_algo_heuristic(dev.lt.0, desc, l_a, l_b, l_d, l_d, pref);
+        let h = lt::get_matmul_algo_heuristic(handle, desc, l_a, l_b, l_d, l_d, pref);
         let _ = lt::destroy_matmul_pref(pref);
         h
     };

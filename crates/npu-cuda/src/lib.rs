@@ -76,4 +76,8 @@ impl Backend for CudaBackend {
     ) -> Result<Box<dyn Executable>> {
         Ok(Box::new(self.prepare_cuda(program, weights)?))
     }
+
+    fn startup(&self) -> Vec<(&'static str, f64)> {
+        self.dev.startup()
+    }
 }

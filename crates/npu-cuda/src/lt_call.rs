@@ -60,10 +60,11 @@ impl LtCall {
                 message: format!("{e:?}"),
             })?;
         }
+        let handle = dev.lt()?;
         // SAFETY: pointers were resolved against live buffers; layouts match them.
         unsafe {
             lt::matmul(
-                dev.lt.0,
+                handle,
                 self.desc,
                 &self.alpha as *const f32 as *const c_void,
                 &self.beta as *const f32 as *const c_void,

@@ -1,6 +1,8 @@
-//! NVRTC compilation to PTX with an on-disk cache keyed by source, GPU architecture and
-//! NVRTC version (`$NPU_CUDA_CACHE`, else `$XDG_CACHE_HOME/npu-cuda`, else
-//! `~/.cache/npu-cuda`; caching is skipped when no directory can be made).
+//! NVRTC compilation to CUBIN (machine code for the device's architecture, so the driver
+//! loads it without a JIT at every start) with an on-disk cache keyed by source,
+//! architecture and this crate's version (`$NPU_CUDA_CACHE`, else
+//! `$XDG_CACHE_HOME/npu-cuda`, else `~/.cache/npu-cuda`; caching is skipped when no
+//! directory can be made). A cache hit neither loads nor needs libnvrtc.
 
 use crate::error::{CudaError, CudaResult};
 use std::path::PathBuf;
@@ -15,13 +17,6 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-fn nvrtc_version() -> (i32, i32) {
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: writes two ints.
-    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
-    (major, minor)
-}
-
 fn cache_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("NPU_CUDA_CACHE") {
         return Some(PathBuf::from(d));
@@ -32,53 +27,90 @@ fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("npu-cuda"))
 }
 
-/// PTX for `src` on compute capability `arch`.
-pub(crate) fn compile_cached(src: &str, arch: (i32, i32), what: &str) -> CudaResult<String> {
-    let ver = nvrtc_version();
-    let key = format!("{src}\n// arch {arch:?} nvrtc {ver:?}");
-    let file = cache_dir().map(|d| d.join(format!("{:016x}.ptx", fnv1a(key.as_bytes()))));
+/// CUBIN for `src` on compute capability `arch`.
+pub(crate) fn compile_cached(src: &str, arch: (i32, i32), what: &str) -> CudaResult<Vec<u8>> {
+    let key = format!(
+        "{src}\n// sm_{}{} npu-cuda {}",
+        arch.0,
+        arch.1,
+        env!("CARGO_PKG_VERSION")
+    );
+    let file = cache_dir().map(|d| d.join(format!("{:016x}.cubin", fnv1a(key.as_bytes()))));
     if let Some(f) = &file {
-        if let Ok(ptx) = std::fs::read_to_string(f) {
-            if !ptx.is_empty() {
-                return Ok(ptx);
+        if let Ok(bin) = std::fs::read(f) {
+            // An ELF header at least: a truncated or foreign file is compiled again.
+            if bin.len() > 64 && bin.starts_with(b"\x7fELF") {
+                return Ok(bin);
             }
         }
     }
-    let ptx = compile(src, arch, what)?;
+    let bin = compile(src, arch, what)?;
     if let Some(f) = &file {
         if let Some(dir) = f.parent() {
             if std::fs::create_dir_all(dir).is_ok() {
                 // Write then rename, so a concurrent reader never sees half a file.
                 let tmp = f.with_extension(format!("tmp{}", std::process::id()));
-                if std::fs::write(&tmp, &ptx).is_ok() {
+                if std::fs::write(&tmp, &bin).is_ok() {
                     let _ = std::fs::rename(&tmp, f);
                 }
             }
         }
     }
-    Ok(ptx)
+    Ok(bin)
 }
 
-fn compile(src: &str, arch: (i32, i32), what: &str) -> CudaResult<String> {
-    if src.contains('\0') {
-        return Err(CudaError::Compile {
-            what: what.into(),
-            message: "source holds a NUL byte".into(),
-        });
-    }
-    let opts = cudarc::nvrtc::CompileOptions {
-        options: vec![
-            format!("--gpu-architecture=compute_{}{}", arch.0, arch.1),
-            "--std=c++17".into(),
-        ],
-        name: Some("npu_kernels.cu".into()),
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| CudaError::Compile {
+fn compile(src: &str, arch: (i32, i32), what: &str) -> CudaResult<Vec<u8>> {
+    use cudarc::nvrtc::{result, sys};
+    let err = |message: String| CudaError::Compile {
         what: what.into(),
-        message: format!("{e:?}"),
-    })?;
-    Ok(ptx.to_src())
+        message,
+    };
+    // SAFETY: only probes whether the shared library can be opened; cudarc's loader panics
+    // on a missing library, so nothing below runs without it.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(CudaError::MissingLibrary(format!(
+            "the NVRTC library (libnvrtc.so), needed to compile {what} (the kernel cache has no build of it),"
+        )));
+    }
+    let c_src = std::ffi::CString::new(src).map_err(|_| err("source holds a NUL byte".into()))?;
+    let prog = result::create_program(&c_src, Some(c"npu_kernels.cu"))
+        .map_err(|e| err(format!("creating the program: {e:?}")))?;
+    let opts = [
+        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        "--std=c++17".to_string(),
+    ];
+    // SAFETY: `prog` was created above and is destroyed once, below; `c_src` outlives it.
+    let out = unsafe {
+        let compiled = result::compile_program(prog, &opts);
+        let out = match compiled {
+            Ok(()) => {
+                let mut size = 0usize;
+                let mut bin = Vec::new();
+                let r = sys::nvrtcGetCUBINSize(prog, &mut size).result();
+                let r = r.and_then(|()| {
+                    bin.resize(size, 0u8);
+                    sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr().cast()).result()
+                });
+                r.map(|()| bin)
+                    .map_err(|e| err(format!("reading the CUBIN: {e:?}")))
+            }
+            Err(e) => {
+                let log = result::get_program_log(prog)
+                    .map(|l| {
+                        let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                        String::from_utf8_lossy(&bytes)
+                            .trim_end_matches('\0')
+                            .trim()
+                            .to_string()
+                    })
+                    .unwrap_or_default();
+                Err(err(format!("{e:?}: {log}")))
+            }
+        };
+        let _ = result::destroy_program(prog);
+        out
+    };
+    out
 }
 
 #[cfg(test)]

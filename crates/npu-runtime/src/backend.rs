@@ -215,4 +215,9 @@ pub trait Backend {
     fn name(&self) -> &'static str;
     fn prepare(&self, program: &Program, weights: &dyn WeightSource)
         -> Result<Box<dyn Executable>>;
+    /// Wall time of the backend's start-up phases so far (name, ms), in order; empty for a
+    /// backend with nothing worth reporting.
+    fn startup(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
 }

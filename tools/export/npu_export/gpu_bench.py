@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -129,11 +130,20 @@ def startup(npu: str, work: Path, log: Path) -> dict[str, Any]:
         if res.returncode != 0:
             raise RuntimeError(f"npu run failed: {res.stderr.strip()[-400:]}")
     warm = sorted(times[1:])[len(times[1:]) // 2]
-    return {"cold_s": times[0], "warm_s": warm, "target_s": 0.3, "graph": "relu [4, 8] f32, IR JSON"}
+    # Where a warm start goes: the backend's start-up phases, as `--profile` prints them.
+    res = subprocess.run([*cmd, "--profile"], capture_output=True, text=True, env=env)
+    phases = next((ln for ln in (res.stdout + res.stderr).splitlines() if ln.startswith("start-up of")), "")
+    return {
+        "cold_s": times[0],
+        "warm_s": warm,
+        "target_s": 0.3,
+        "graph": "relu [4, 8] f32, IR JSON",
+        "phases": phases,
+    }
 
 
 def resnet(
-    bin_dir: Path, npu: str, work: Path, model: str, batch: int, bw: float, cc: bool, log: Path
+    bin_dir: Path, npu: str, work: Path, model: str, batch: int, bw: float, link: float, cc: bool, log: Path
 ) -> Row:
     from . import vision
 
@@ -156,10 +166,15 @@ def resnet(
         eager = g.cuda_ms(lambda: net(x), 50)
     comp = compiled_ms(net, (x,), 50) if cc else None
     wbytes = sum(p.numel() * p.element_size() for p in net.parameters())
+    # The whole run's bound: the graph plus the caller's f32 input and logits over the link.
+    io_bytes = batch * (math.prod(x.shape[1:]) + 1000) * 4
+    wall_bound = t["gpu_ms"] + io_bytes / (link * 1e9) * 1e3
     return {
         "name": f"{model} f16 batch {batch}",
         "ours_ms": t["gpu_ms"],
         "ours_wall_ms": t["wall_ms"],
+        "wall_bound_ms": wall_bound,
+        "wall_bound_doc": "graph + f32 input and output bytes / host-link bandwidth; target wall <= 1.15x",
         "eager_ms": eager,
         "compiled_ms": comp,
         "floor_ms": wbytes / (bw * 1e9) * 1e3,
@@ -302,7 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     npu = str(a.bin / "npu")
     cc = not a.no_compile
     bw = g.copy_bandwidth_gbs()
-    print(f"{torch.cuda.get_device_name()}: copy bandwidth (read + write) {bw:.0f} GB/s", flush=True)
+    link = g.host_link_gbs()
+    print(
+        f"{torch.cuda.get_device_name()}: copy bandwidth (read + write) {bw:.0f} GB/s, "
+        f"host to device (page-locked) {link:.1f} GB/s",
+        flush=True,
+    )
     rows: list[Row] = []
     p_only = set(a.only.split(",")) if a.only else None
     targets = {("resnet50", 1): 0.45, ("resnet50", 64): 3.0, ("resnet18", 1): 0.25}
@@ -312,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t = time.perf_counter()
         try:
-            r = resnet(a.bin, npu, a.work, model, batch, bw, cc, log)
+            r = resnet(a.bin, npu, a.work, model, batch, bw, link, cc, log)
             r["target_ms"] = targets.get((model, batch))
             rows.append(r)
         except Exception as e:  # noqa: BLE001 - one failure must not hide the rest
@@ -335,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "copy_bandwidth_gbs": bw,
+        "host_link_gbs": link,
         "timing": "medians of CUDA-event times after warm-up; ours = the replayed CUDA graph of one run",
         "rows": rows,
         "startup": start,
@@ -359,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{f(o / e):>7} {f(o / c) if c else '-':>6} {f(o / fl):>7}"
         )
     print("(ms; ratios are ours / theirs)")
+    print("\nwhole runs (upload, graph, download; target wall <= 1.15 x bound):")
+    for r in rows:
+        if "wall_bound_ms" in r:
+            wall, bound = r["ours_wall_ms"], r["wall_bound_ms"]
+            print(
+                f"{r['name'][:52]:<52} wall {wall:8.3f}  bound {bound:8.3f}  wall/bound {wall / bound:6.2f}"
+            )
     print("\nkernels per run and top kernels by GPU time (one eager run, CUDA events per launch):")
     for r in rows:
         if "kernels" in r:

@@ -102,6 +102,14 @@ def top5_overlap(a: torch.Tensor, b: torch.Tensor) -> int:
     return len(ta & tb)
 
 
+def host_link_gbs() -> float:
+    """Bytes / time of a 256 MiB copy from page-locked host memory to the device, median."""
+    src = torch.ones(1 << 26, dtype=torch.float32).pin_memory()
+    dst = torch.empty(src.shape, dtype=src.dtype, device="cuda")
+    ms = cuda_ms(lambda: dst.copy_(src, non_blocking=True), repeat=10)
+    return src.numel() * 4 / (ms / 1e3) / 1e9
+
+
 def copy_bandwidth_gbs() -> float:
     """(bytes read + bytes written) / time of a 1 GiB device-to-device copy, median."""
     src = torch.ones(1 << 28, dtype=torch.float32, device="cuda")

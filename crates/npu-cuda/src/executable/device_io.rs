@@ -81,7 +81,10 @@ impl CudaExecutable {
             }
             ptrs.push(dst);
         }
-        self.execute_bound(ptrs)?;
+        if let Err(e) = self.launch_bound(ptrs) {
+            let _ = self.sync();
+            return Err(e);
+        }
         let plain: Vec<usize> = (0..self.outputs.len())
             .filter(|&o| self.outputs[o].is_some())
             .collect();
@@ -110,7 +113,6 @@ impl CudaExecutable {
                     .map_err(|e| CudaError::driver(format!("copying output {}", o.name), e))?;
             }
         }
-        self.sync()?;
-        Ok(())
+        self.finish()
     }
 }
