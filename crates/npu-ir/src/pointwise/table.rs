@@ -36,15 +36,15 @@ pointwise_ops! {
         Sqrt "sqrt" ["sqrt"] Float |x| x.sqrt(); cuda "sqrtf({x})";
             wgsl "sqrt({x})";
         Recip "recip" ["reciprocal"] Float |x| x.recip(); cuda "1.0f / {x}";
-            wgsl "(1.0 / {x})";
+            wgsl "p_div(1.0, {x})";
         Exp "exp" ["exp"] Float |x| x.exp(); cuda "expf({x})";
             wgsl "exp({x})";
         Log "log" ["log"] Float |x| x.ln(); cuda "logf({x})";
             wgsl "log({x})";
         Cos "cos" ["cos"] Float |x| x.cos(); cuda "cosf({x})";
-            wgsl "cos({x})";
+            wgsl "p_cos({x})";
         Sin "sin" ["sin"] Float |x| x.sin(); cuda "sinf({x})";
-            wgsl "sin({x})";
+            wgsl "p_sin({x})";
         Tanh "tanh" ["tanh"] Float |x| x.tanh(); cuda "tanhf({x})";
             wgsl "p_tanh({x})";
         Sigmoid "sigmoid" ["sigmoid"] Float |x| (k::<F>(1.0) + (-x).exp()).recip();
@@ -94,7 +94,7 @@ pointwise_ops! {
             cuda "((__float_as_uint({x}) >> 31) ? 1.0f : 0.0f)";
             wgsl "p_b((bitcast<u32>({x}) >> 31u) == 1u)";
         Tan "tan" ["tan"] Float |x| x.tan(); cuda "tanf({x})";
-            wgsl "tan({x})";
+            wgsl "p_div(p_sin({x}), p_cos({x}))";
         Asin "asin" ["asin", "arcsin"] Float |x| x.asin(); cuda "asinf({x})";
             wgsl "p_asin({x})";
         Acos "acos" ["acos", "arccos"] Float |x| x.acos(); cuda "acosf({x})";
@@ -201,7 +201,7 @@ pointwise_ops! {
         /// `sin(pi x) / (pi x)`, 1 at 0.
         Sinc "sinc" ["sinc"] Float |x| if x == k(0.0) { k(1.0) } else { let p = x * k(PI); p.sin() / p };
             cuda "({x} == 0.0f ? 1.0f : sinf({x} * 3.14159265358979f) / ({x} * 3.14159265358979f))";
-            wgsl "select(sin({x} * 3.14159265358979) / ({x} * 3.14159265358979), 1.0, {x} == 0.0)";
+            wgsl "select(p_div(p_sin({x} * 3.14159265358979), {x} * 3.14159265358979), 1.0, {x} == 0.0)";
         /// NaN is true (non-zero).
         LogicalNot "logical_not" ["logical_not"] Bool |x| if x == k(0.0) { k(1.0) } else { k(0.0) };
             int |x| Ok(i64::from(x == 0));
@@ -221,7 +221,7 @@ pointwise_ops! {
             wgsl "({x} * {y})";
         /// True division (a float result also for integers).
         Div "div" ["div", "divide", "true_divide"] Float |x, y| x / y; cuda "{x} / {y}";
-            wgsl "({x} / {y})";
+            wgsl "p_div({x}, {y})";
         Pow "pow" ["pow"] Keep |x, y| if y == k(2.0) { x * x } else { x.powf(y) };
             int |x, y| Ok(int_pow(x, y));
             cuda "({y} == 2.0f ? {x} * {x} : powf({x}, {y}))";
@@ -245,7 +245,7 @@ pointwise_ops! {
         DivTrunc "div_trunc" [] Keep |x, y| (x / y).trunc();
             int |x, y| if y == 0 { Err("integer division by zero") } else { Ok(x.wrapping_div(y)) };
             cuda "truncf({x} / {y})";
-            wgsl "trunc({x} / {y})";
+            wgsl "trunc(p_div({x}, {y}))";
         /// `div(rounding_mode='floor')`, `floor_divide`: Python's `//`.
         DivFloor "div_floor" ["floor_divide"] Keep |x, y| div_floor(x, y);
             int |x, y| int_div_floor(x, y).ok_or("integer division by zero");

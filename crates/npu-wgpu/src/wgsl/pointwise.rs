@@ -131,6 +131,66 @@ fn p_acos(x: f32) -> f32 {
     if (p_isnan(x) || abs(x) > 1.0) { return p_nan(); }
     return atan2(sqrt((1.0 - x) * (1.0 + x)), x);
 }
+// Correctly rounded division: WGSL allows `/` 2.5 ulp (NVIDIA's Vulkan driver multiplies by
+// a reciprocal) and does not promise a fused `fma`, and one ulp decides f16/bf16 roundings and
+// truncated quotients. The 24-bit significands are divided bit by bit in integers, then
+// rounded to nearest even; zeros, infinities, NaN, subnormals and quotients near the ends of
+// the range keep `/`'s answer.
+fn p_div(x: f32, y: f32) -> f32 {
+    let q = x / y;
+    let bx = bitcast<u32>(x);
+    let by = bitcast<u32>(y);
+    let ex = (bx >> 23u) & 0xffu;
+    let ey = (by >> 23u) & 0xffu;
+    if (!(abs(q) < 1.0e37 && abs(q) > 1.0e-37) || ex == 0u || ey == 0u || ex == 255u || ey == 255u) {
+        return q;
+    }
+    let my = (by & 0x7fffffu) | 0x800000u;
+    var r = (bx & 0x7fffffu) | 0x800000u;
+    var m = 0u;
+    for (var i = 0; i < 26; i++) {
+        m = m << 1u;
+        if (r >= my) { r = r - my; m = m | 1u; }
+        r = r << 1u;
+    }
+    var mant: u32;
+    var rb: u32;
+    var sticky = r != 0u;
+    var e = i32(ex) - i32(ey) + 126;
+    if (m >= 0x2000000u) {
+        mant = m >> 2u; rb = (m >> 1u) & 1u; sticky = sticky || (m & 1u) == 1u; e = e + 1;
+    } else {
+        mant = m >> 1u; rb = m & 1u;
+    }
+    if (rb == 1u && (sticky || (mant & 1u) == 1u)) { mant = mant + 1u; }
+    if (mant == 0x1000000u) { mant = 0x800000u; e = e + 1; }
+    return bitcast<f32>(((bx ^ by) & 0x80000000u) | (u32(e) << 23u) | (mant & 0x7fffffu));
+}
+// sin and cos: Cody-Waite reduction by pi/2 in three parts and cephes' polynomials (about
+// one ulp for |x| up to 1e5): WGSL bounds the built-ins only by an absolute 2^-11 on
+// [-pi, pi], which NVIDIA's driver uses. Beyond 1e5 the built-ins answer.
+fn p_sin_poly(r: f32) -> f32 {
+    let z = r * r;
+    return r + r * z * (-1.6666654611e-1 + z * (8.3321608736e-3 + z * -1.9515295891e-4));
+}
+fn p_cos_poly(r: f32) -> f32 {
+    let z = r * r;
+    return 1.0 - 0.5 * z + z * z * (4.166664568298827e-2 + z * (-1.388731625493765e-3 + z * 2.443315711809948e-5));
+}
+// sin(x) for quarter-turn shift 0, cos(x) for shift 1.
+fn p_trig(x: f32, shift: u32) -> f32 {
+    if (p_isnan(x) || p_isinf(x)) { return p_nan(); }
+    if (abs(x) > 1.0e5) { return select(sin(x), cos(x), shift == 1u); }
+    let k = round(x * 0.636619772367581);
+    var r = fma(-k, 1.5707963705062866, x);
+    r = fma(-k, -4.3711388286737929e-08, r);
+    r = fma(-k, -1.7151245100059996e-15, r);
+    let q = (bitcast<u32>(i32(k)) + shift) & 3u;
+    let v = select(p_sin_poly(r), p_cos_poly(r), (q & 1u) == 1u);
+    return select(v, -v, q >= 2u);
+}
+fn p_sin(x: f32) -> f32 { return p_trig(x, 0u); }
+fn p_cos(x: f32) -> f32 { return p_trig(x, 1u); }
 fn p_remainder(x: f32, y: f32) -> f32 {
     let m = p_fmod(x, y);
     if (m != 0.0 && ((m < 0.0) != (y < 0.0))) { return m + y; }
