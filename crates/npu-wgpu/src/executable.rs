@@ -357,7 +357,11 @@ impl WgpuExecutable {
                 format!("the generated WGSL was refused: {e}"),
             ));
         }
-        let groups = shader.items.div_ceil(u64::from(WORKGROUP)).max(1);
+        let groups = if shader.lanes > 1 {
+            shader.items.max(1)
+        } else {
+            shader.items.div_ceil(u64::from(WORKGROUP)).max(1)
+        };
         let max = u64::from(self.gpu.limits.max_compute_workgroups_per_dimension);
         let x = groups.min(max);
         let y = groups.div_ceil(x);

@@ -1,9 +1,10 @@
 //! The body of each kernel kind: one thread per output element, or per row where a row's
-//! statistics are shared (softmax, norms, attention). Written for correctness on every
-//! layout first; the contract of each kind is `npu_program::program::Kernel`'s.
+//! statistics are shared (softmax, norms, attention), or one workgroup per output element
+//! where one long reduction makes each (matrix-vector products). Written for correctness on
+//! every layout first; the contract of each kind is `npu_program::program::Kernel`'s.
 
 use super::pointwise::{self, lit};
-use super::{names, offset, round_to, unravel, Operand};
+use super::{names, offset, round_to, unravel, Body, Operand};
 use npu_program::program::{Kernel, PoolKind, ReduceOp, Step};
 use std::fmt::Write;
 
@@ -48,14 +49,22 @@ fn rows(b: &mut String, oshape: &[usize], x: &Operand) -> (usize, u64, Vec<Strin
     (oshape[r - 1], numel(&oshape[..r - 1]), idx, xo)
 }
 
+/// Lanes of a cooperative matrix-vector item: K split 64 ways, two adjacent elements (one
+/// 32-bit word of 16-bit weights) per lane and step.
+const GEMV_LANES: u32 = 64;
+/// Lanes of an attention item: a decode row's keys split 256 ways, so that no lane walks a
+/// long chain of keys.
+const ATTN_LANES: u32 = 256;
+
 /// The kernel body over work item `t` and the item count.
-pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
+pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
     let n_in = step.inputs.len();
     let out = &ops[n_in];
     let o = n_in; // the output operand's index
     let oshape = &out.shape;
     let r = oshape.len();
     let mut b = String::new();
+    let mut lanes = 1u32;
     let items = match &step.kernel {
         Kernel::Fill { value } => {
             b += &unravel("i", "t", oshape);
@@ -116,31 +125,82 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
             let mut wi = idx.clone();
             wi[r - 2] = "kk".into();
             let (xo, wo) = (offset(x, &xi), offset(w, &wi));
-            let xround = round_to(x.dtype, "v");
+            // A few rows over a long K (decode's matrix-vector products): the 64 lanes of a
+            // workgroup split K, so consecutive lanes read consecutive weights; otherwise one
+            // thread per output element.
+            let cooperative = numel(&oshape[..r - 1]) <= 8 && k >= 128;
+            if cooperative {
+                lanes = GEMV_LANES;
+            }
+            // `acc += term(kk)` over kk in 0..K: one thread walks all of K; cooperative lanes
+            // take kk = 2 * lane + 2 * lanes * i and kk + 1, four pairs in flight per step.
+            let sweep = |acc: &str, term: &dyn Fn(&str) -> String| -> String {
+                let t = |e: &str| term("kk").replace("kk", e);
+                if !cooperative {
+                    return format!(
+                        "    for (var kk = 0u; kk < {k}u; kk++) {{ {acc} += {}; }}\n",
+                        term("kk")
+                    );
+                }
+                let w = 2 * GEMV_LANES;
+                let quad: Vec<String> = (0..4)
+                    .flat_map(|q| {
+                        [
+                            format!("(kk + {}u)", q * w),
+                            format!("(kk + {}u)", q * w + 1),
+                        ]
+                    })
+                    .map(|e| t(&e))
+                    .collect();
+                format!(
+                    "    {{
+    var kk = 2u * lane;
+    for (; kk + {}u < {k}u; kk += {}u) {{ {acc} += {}; }}
+    for (; kk + 1u < {k}u; kk += {w}u) {{ {acc} += {} + {}; }}
+    if (kk < {k}u) {{ {acc} += {}; }}
+    }}\n",
+                    3 * w + 1,
+                    4 * w,
+                    quad.join(" + "),
+                    t("kk"),
+                    t("(kk + 1u)"),
+                    t("kk"),
+                )
+            };
             if let (Some(eps), Some(nw)) = (norm, nw) {
                 let _ = writeln!(b, "    var ss = 0.0;");
+                b += &sweep("ss", &|_| format!("ld0({xo}) * ld0({xo})"));
+                let total = if cooperative {
+                    "wg_sum(ss, lane)"
+                } else {
+                    "ss"
+                };
                 let _ = writeln!(
                     b,
-                    "    for (var kk = 0u; kk < {k}u; kk++) {{ let v = ld0({xo}); ss += v * v; }}"
-                );
-                let _ = writeln!(
-                    b,
-                    "    let inv = inverseSqrt(ss / {}.0 + {});",
+                    "    let inv = inverseSqrt({total} / {}.0 + {});",
                     k,
                     lit(f64::from(*eps))
                 );
                 let nwo = offset(&ops[nw], &["kk".to_string()]);
                 let _ = writeln!(b, "    var acc = 0.0;");
-                let _ = writeln!(
-                    b,
-                    "    for (var kk = 0u; kk < {k}u; kk++) {{ var v = ld0({xo}) * inv; v = {xround}; v = v * ld{nw}({nwo}); v = {xround}; acc += v * ld1({wo}); }}"
-                );
+                let xn = |v: &str| round_to(x.dtype, v);
+                b += &sweep("acc", &|_| {
+                    format!(
+                        "{} * ld1({wo})",
+                        xn(&format!(
+                            "{} * ld{nw}({nwo})",
+                            xn(&format!("ld0({xo}) * inv"))
+                        ))
+                    )
+                });
             } else {
                 let _ = writeln!(b, "    var acc = 0.0;");
-                let _ = writeln!(
-                    b,
-                    "    for (var kk = 0u; kk < {k}u; kk++) {{ acc += ld0({xo}) * ld1({wo}); }}"
-                );
+                b += &sweep("acc", &|_| format!("ld0({xo}) * ld1({wo})"));
+            }
+            if cooperative {
+                // After the last barrier: lane 0 alone finishes the item.
+                let _ = writeln!(b, "    acc = wg_sum(acc, lane);");
+                let _ = writeln!(b, "    if (lane != 0u) {{ return; }}");
             }
             let _ = writeln!(b, "    var p = {} * acc;", lit(f64::from(*alpha)));
             if let Some(bi) = bias {
@@ -429,14 +489,22 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
             numel(oshape)
         }
         Kernel::Attention { scale, causal } => {
-            // One thread per output element with an online softmax over t. (One thread per row
-            // with a private array of D accumulators gave zeros on lavapipe, Mesa 22.3, for
-            // D = 128 and T = 300.)
+            // One workgroup per (query row, chunk of DC output dims): each lane runs an online
+            // softmax over its own keys (t = lane, lane + 64, ...) with DC accumulators, and the
+            // lanes' partial results merge at the end (flash-decoding inside a workgroup). Every
+            // chunk of a row recomputes the row's scores; in exchange a decode step has enough
+            // workgroups to fill the GPU and no lane walks more than T / 64 keys. (One thread
+            // per row with a private array of D accumulators gave zeros on lavapipe, Mesa 22.3.)
+            const DC: usize = 8;
+            lanes = ATTN_LANES;
             let (q, k) = (&ops[0], &ops[1]);
             let h = q.shape[1];
             let (kvh, tlen, d) = (k.shape[1], k.shape[2], q.shape[3]);
             let g = h / kvh.max(1);
-            b += &unravel("i", "t", oshape);
+            let chunks = d.div_ceil(DC);
+            let mut items_shape = oshape[..3].to_vec();
+            items_shape.push(chunks);
+            b += &unravel("i", "t", &items_shape);
             let kv = |op: &Operand, c: &str| {
                 offset(
                     op,
@@ -459,34 +527,79 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<(String, u64), String> {
             } else {
                 format!("{tlen}u")
             };
+            let dims: Vec<(usize, String)> = (0..DC.min(d))
+                .map(|j| (j, format!("(i3 * {DC}u + {j}u)")))
+                .collect();
+            let guard = |dj: &str| {
+                if d % DC == 0 {
+                    "true".to_string()
+                } else {
+                    format!("{dj} < {d}u")
+                }
+            };
+            let decl: String = dims
+                .iter()
+                .map(|(j, _)| format!(" var a{j} = 0.0;"))
+                .collect();
+            let rescale: String = dims
+                .iter()
+                .map(|(j, _)| format!(" a{j} = a{j} * corr;"))
+                .collect();
+            let accumulate: String = dims
+                .iter()
+                .map(|(j, dj)| {
+                    format!(
+                        "\n            if ({}) {{ a{j} = a{j} + p * ld2({}); }}",
+                        guard(dj),
+                        kv(&ops[2], dj)
+                    )
+                })
+                .collect();
+            let mut oidx = names("i", 3);
+            oidx.push("dj".into());
+            let finish: String = dims
+                .iter()
+                .map(|(j, dj)| {
+                    format!(
+                        "\n    {{ let s = wg_sum(a{j} * f, lane); let dj = {dj}; if (lane == 0u && {}) {{ st{o}({}, select(s / lsum, 0.0, lsum == 0.0)); }} }}",
+                        guard(dj),
+                        offset(out, &oidx)
+                    )
+                })
+                .collect();
             let _ = writeln!(
                 b,
-                "    var m = -3.0e38; var l = 0.0; var acc = 0.0;
-    for (var tt = 0u; tt < {tmax}; tt++) {{
+                "    var m = -3.0e38; var l = 0.0;{decl}
+    for (var tt = lane; tt < {tmax}; tt += {ATTN_LANES}u) {{
         let mv = {mo};
         if (mv > -65504.0) {{
             var dot = 0.0;
 {dot}
             let sc = dot * {sc} + mv;
-            // Online softmax, rescaled only when the maximum moves.
-            if (sc > m) {{ let corr = exp(m - sc); l = l * corr; acc = acc * corr; m = sc; }}
+            // Online softmax, rescaled only when the lane's maximum moves.
+            if (sc > m) {{ let corr = exp(m - sc); l = l * corr;{rescale} m = sc; }}
             let p = exp(sc - m);
-            l = l + p;
-            acc = acc + p * ld2({vo});
+            l = l + p;{accumulate}
         }}
     }}
-    st{o}({oo}, select(acc / l, 0.0, l == 0.0));",
+    // Merge the lanes: rescale each to the row's maximum (a lane that saw no live key has
+    // l = 0 and weighs nothing).
+    let mall = wg_max(m, lane);
+    let f = select(exp(m - mall), 0.0, l == 0.0);
+    let lsum = wg_sum(l * f, lane);{finish}",
                 dot = dot_loop("dot", d, &|c: &str| format!(
                     "ld0({}) * ld1({})",
                     offset(q, &["i0".into(), "i1".into(), "i2".into(), c.into()]),
                     kv(k, c)
                 )),
-                vo = kv(&ops[2], "i3"),
-                oo = offset(out, &names("i", 4)),
                 sc = lit(f64::from(*scale)),
             );
-            numel(oshape)
+            numel(&items_shape)
         }
     };
-    Ok((b, items))
+    Ok(Body {
+        code: b,
+        items,
+        lanes,
+    })
 }

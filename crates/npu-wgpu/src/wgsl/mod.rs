@@ -39,7 +39,46 @@ pub struct Operand {
 pub struct Shader {
     pub source: String,
     pub items: u64,
+    /// Lanes per work item: 1 for one thread per item, else each item is a whole workgroup
+    /// of this many lanes (they split the item's reduction).
+    pub lanes: u32,
 }
+
+/// A kernel body over work item `t` (and, when `lanes` > 1, lane `lane` of the item's
+/// workgroup), and the item count.
+pub struct Body {
+    pub code: String,
+    pub items: u64,
+    pub lanes: u32,
+}
+
+/// Workgroup reductions for cooperative bodies (`LANES` lanes, a power of two); call them in
+/// uniform control flow (every lane of the workgroup), as their barriers require.
+const REDUCE: &str = r#"
+var<workgroup> red: array<f32, LANES>;
+fn wg_sum(v: f32, lane: u32) -> f32 {
+    red[lane] = v;
+    workgroupBarrier();
+    for (var s = HALFu; s > 0u; s = s >> 1u) {
+        if (lane < s) { red[lane] = red[lane] + red[lane + s]; }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+fn wg_max(v: f32, lane: u32) -> f32 {
+    red[lane] = v;
+    workgroupBarrier();
+    for (var s = HALFu; s > 0u; s = s >> 1u) {
+        if (lane < s) { red[lane] = max(red[lane], red[lane + s]); }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+"#;
 
 /// The operands of `step` given the buffer each binding lives in (`buffer_of` maps a binding
 /// to a buffer id; operands on one buffer share one binding). Returns the operands (inputs
@@ -118,15 +157,37 @@ pub fn shader(step: &Step, ops: &[Operand], buffers: &[(usize, bool)]) -> Result
     for (k, op) in ops.iter().enumerate() {
         access(&mut src, k, op, k >= n_in, buffers[op.binding].1)?;
     }
-    let (body, items) = kernels::body(step, ops)?;
+    let Body {
+        code: body,
+        items,
+        lanes,
+    } = kernels::body(step, ops)?;
     if items > u64::from(u32::MAX) {
         return Err(format!("{items} work items, more than 2^32"));
     }
-    let _ = write!(
-        src,
-        "@compute @workgroup_size({WORKGROUP})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = gid.x + gid.y * nwg.x * {WORKGROUP}u;\n    if (t >= {items}u) {{ return; }}\n{body}}}\n"
-    );
-    Ok(Shader { source: src, items })
+    if lanes > 1 {
+        // The item index comes from the workgroup id alone, so the early return is uniform
+        // and the reductions' barriers stay legal.
+        src.push_str(
+            &REDUCE
+                .replace("LANES", &lanes.to_string())
+                .replace("HALF", &(lanes / 2).to_string()),
+        );
+        let _ = write!(
+            src,
+            "@compute @workgroup_size({lanes})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = wid.x + wid.y * nwg.x;\n    if (t >= {items}u) {{ return; }}\n{body}}}\n"
+        );
+    } else {
+        let _ = write!(
+            src,
+            "@compute @workgroup_size({WORKGROUP})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = gid.x + gid.y * nwg.x * {WORKGROUP}u;\n    if (t >= {items}u) {{ return; }}\n{body}}}\n"
+        );
+    }
+    Ok(Shader {
+        source: src,
+        items,
+        lanes,
+    })
 }
 
 /// f32 to f16 and bf16 bits, round to nearest even, NaN and overflow as IEEE has them
