@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU correctness check of the CUDA backend, for the GPU machine: builds nothing there.
-# Here (once per change): scripts/gpu-check.sh --stage   (release build of npu, npu-cuda-check and
-#   npu-cuda-bench into .device/, plus the pytorch-ir wheel into .whl/; both ignored via
-#   .git/info/exclude and carried to the device).
+# Here (once per change): scripts/gpu-check.sh --stage   (release build of npu, npu-cuda-check,
+#   npu-cuda-bench and the wgpu conformance test binary into .device/, the pytorch-ir wheel into
+#   .whl/ and the Vulkan loader's and GLVND's .debs into .gl/; all ignored via .git/info/exclude and carried
+#   to the device).
 # There: scripts/gpu-check.sh [--bench] [--no-sanitize] [gpu_check args]: installs the wheel, runs
 #   every kernel kind against the CPU backend, ResNet-18/50 f16 and Qwen2.5 (tiny f32/bf16, 1.5B
 #   bf16) against PyTorch on the same GPU, prints a table; then compute-sanitizer memcheck and
@@ -19,6 +20,25 @@ if [ "${1:-}" = "--stage" ]; then
     cargo build --release -q -p npu-cli -p npu-cuda
     mkdir -p .device .whl
     for b in npu npu-cuda-check npu-cuda-bench; do cp "$CARGO_TARGET_DIR/release/$b" .device/; done
+    # The wgpu conformance suite as a test binary (scripts/gpu-wgpu.sh runs it on NVIDIA's
+    # Vulkan driver); it reads the fixtures through the checkout path it was built in.
+    wgpu_test=$(cargo test --release -q -p npu-wgpu --test conformance --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "conformance":
+        print(m["executable"])')
+    cp "$wgpu_test" .device/npu-wgpu-conformance
+    pwd > .device/checkout-path
+    # The Vulkan loader, which the GPU machine lacks (its NVIDIA driver brings the ICD).
+    # The Vulkan loader and GLVND, which the GPU machine lacks (NVIDIA's Vulkan ICD lives in
+    # libGLX_nvidia, which needs libGLdispatch).
+    if ! ls .gl/libglvnd0_*.deb >/dev/null 2>&1; then
+        mkdir -p .gl /tmp/amd64/partial
+        o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+        apt-get $o update >/dev/null && (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 \
+            libopengl0 libgl1 libglx0 libgles2)
+    fi
     if ldd .device/npu | grep -Eq 'libcuda|libnvrtc|libcublas'; then
         echo "error: npu links CUDA libraries at load time" >&2; exit 1
     fi
