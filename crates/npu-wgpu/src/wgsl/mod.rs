@@ -52,26 +52,15 @@ pub struct Body {
     pub lanes: u32,
 }
 
-/// Workgroup reductions for cooperative bodies (`LANES` lanes, a power of two); call them in
+/// Workgroup reductions for cooperative bodies (`LANES` lanes, a power of two): `wg_sum` and
+/// `wg_max` are this one tree over `red`, `NAME` and `COMBINE(a, b)` substituted. Call them in
 /// uniform control flow (every lane of the workgroup), as their barriers require.
 const REDUCE: &str = r#"
-var<workgroup> red: array<f32, LANES>;
-fn wg_sum(v: f32, lane: u32) -> f32 {
+fn NAME(v: f32, lane: u32) -> f32 {
     red[lane] = v;
     workgroupBarrier();
     for (var s = HALFu; s > 0u; s = s >> 1u) {
-        if (lane < s) { red[lane] = red[lane] + red[lane + s]; }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-fn wg_max(v: f32, lane: u32) -> f32 {
-    red[lane] = v;
-    workgroupBarrier();
-    for (var s = HALFu; s > 0u; s = s >> 1u) {
-        if (lane < s) { red[lane] = max(red[lane], red[lane + s]); }
+        if (lane < s) { red[lane] = COMBINE(red[lane], red[lane + s]); }
         workgroupBarrier();
     }
     let r = red[0];
@@ -79,6 +68,18 @@ fn wg_max(v: f32, lane: u32) -> f32 {
     return r;
 }
 "#;
+
+/// The reductions' WGSL for a workgroup of `lanes`.
+fn reductions(lanes: u32) -> String {
+    let mut s = format!("var<workgroup> red: array<f32, {lanes}>;");
+    for (name, combine) in [("wg_sum", "p_add"), ("wg_max", "max")] {
+        s += &REDUCE
+            .replace("NAME", name)
+            .replace("COMBINE", combine)
+            .replace("HALF", &(lanes / 2).to_string());
+    }
+    s + "fn p_add(a: f32, b: f32) -> f32 { return a + b; }\n"
+}
 
 /// The operands of `step` given the buffer each binding lives in (`buffer_of` maps a binding
 /// to a buffer id; operands on one buffer share one binding). Returns the operands (inputs
@@ -168,11 +169,7 @@ pub fn shader(step: &Step, ops: &[Operand], buffers: &[(usize, bool)]) -> Result
     if lanes > 1 {
         // The item index comes from the workgroup id alone, so the early return is uniform
         // and the reductions' barriers stay legal.
-        src.push_str(
-            &REDUCE
-                .replace("LANES", &lanes.to_string())
-                .replace("HALF", &(lanes / 2).to_string()),
-        );
+        src.push_str(&reductions(lanes));
         let _ = write!(
             src,
             "@compute @workgroup_size({lanes})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = wid.x + wid.y * nwg.x;\n    if (t >= {items}u) {{ return; }}\n{body}}}\n"
