@@ -153,46 +153,41 @@ pub fn cast_bytes(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> Result<
 fn cast_floats_fast(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> bool {
     use half::slice::HalfFloatSliceExt;
     use half::{bf16, f16};
-    // SAFETY: every bit pattern is a valid f32, u16, f16 and bf16 (plain old data), and
-    // `align_to` only yields correctly aligned middle parts.
-    unsafe {
-        match (from, to) {
-            (DType::F32, DType::F16 | DType::BF16) => {
-                let (p, s, q) = src.align_to::<f32>();
-                let (dp, d, dq) = dst.align_to_mut::<u16>();
-                if !p.is_empty() || !q.is_empty() || !dp.is_empty() || !dq.is_empty() {
-                    return false;
-                }
-                if s.len() != d.len() {
-                    return false;
-                }
-                if to == DType::F16 {
-                    d.align_to_mut::<f16>().1.convert_from_f32_slice(s);
-                } else {
-                    d.align_to_mut::<bf16>().1.convert_from_f32_slice(s);
-                }
-                true
-            }
-            (DType::F16 | DType::BF16, DType::F32) => {
-                let (p, s, q) = src.align_to::<u16>();
-                let (dp, d, dq) = dst.align_to_mut::<f32>();
-                if !p.is_empty() || !q.is_empty() || !dp.is_empty() || !dq.is_empty() {
-                    return false;
-                }
-                if s.len() != d.len() {
-                    return false;
-                }
-                if from == DType::F16 {
-                    s.align_to::<f16>().1.convert_to_f32_slice(d);
-                } else {
-                    s.align_to::<bf16>().1.convert_to_f32_slice(d);
-                }
-                true
-            }
-            _ => false,
-        }
+    match (from, to) {
+        (DType::F32, DType::F16) => convert(src, dst, |s: &[f32], d: &mut [f16]| {
+            d.convert_from_f32_slice(s)
+        }),
+        (DType::F32, DType::BF16) => convert(src, dst, |s: &[f32], d: &mut [bf16]| {
+            d.convert_from_f32_slice(s)
+        }),
+        (DType::F16, DType::F32) => convert(src, dst, |s: &[f16], d: &mut [f32]| {
+            s.convert_to_f32_slice(d)
+        }),
+        (DType::BF16, DType::F32) => convert(src, dst, |s: &[bf16], d: &mut [f32]| {
+            s.convert_to_f32_slice(d)
+        }),
+        _ => false,
     }
 }
+
+/// Views `src` and `dst` as slices of `A` and `B` of one length and applies `f`; false when
+/// either is misaligned or the lengths differ.
+fn convert<A: Plain, B: Plain>(src: &[u8], dst: &mut [u8], f: impl FnOnce(&[A], &mut [B])) -> bool {
+    // SAFETY: `Plain` types are plain old data (every bit pattern valid), and `align_to` only
+    // yields correctly aligned middle parts.
+    let ((p, s, q), (dp, d, dq)) = unsafe { (src.align_to::<A>(), dst.align_to_mut::<B>()) };
+    if !p.is_empty() || !q.is_empty() || !dp.is_empty() || !dq.is_empty() || s.len() != d.len() {
+        return false;
+    }
+    f(s, d);
+    true
+}
+
+/// Element types every bit pattern of which is a valid value.
+trait Plain {}
+impl Plain for f32 {}
+impl Plain for half::f16 {}
+impl Plain for half::bf16 {}
 
 fn arr<const N: usize>(b: &[u8], i: usize) -> [u8; N] {
     let mut a = [0u8; N];

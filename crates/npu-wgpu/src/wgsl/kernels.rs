@@ -120,11 +120,17 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
             let k = x.shape[x.shape.len() - 1];
             b += &unravel("i", "t", oshape);
             let idx = names("i", r);
-            let mut xi = idx.clone();
-            xi[r - 1] = "kk".into();
-            let mut wi = idx.clone();
-            wi[r - 2] = "kk".into();
-            let (xo, wo) = (offset(x, &xi), offset(w, &wi));
+            // x's and w's offsets at reduction index `e`.
+            let xo = |e: &str| {
+                let mut xi = idx.clone();
+                xi[r - 1] = e.into();
+                offset(x, &xi)
+            };
+            let wo = |e: &str| {
+                let mut wi = idx.clone();
+                wi[r - 2] = e.into();
+                offset(w, &wi)
+            };
             // A few rows over a long K (decode's matrix-vector products): the 64 lanes of a
             // workgroup split K, so consecutive lanes read consecutive weights; otherwise one
             // thread per output element.
@@ -134,12 +140,11 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
             }
             // `acc += term(kk)` over kk in 0..K: one thread walks all of K; cooperative lanes
             // take kk = 2 * lane + 2 * lanes * i and kk + 1, four pairs in flight per step.
-            let sweep = |acc: &str, term: &dyn Fn(&str) -> String| -> String {
-                let t = |e: &str| term("kk").replace("kk", e);
+            let sweep = |acc: &str, t: &dyn Fn(&str) -> String| -> String {
                 if !cooperative {
                     return format!(
                         "    for (var kk = 0u; kk < {k}u; kk++) {{ {acc} += {}; }}\n",
-                        term("kk")
+                        t("kk")
                     );
                 }
                 let w = 2 * GEMV_LANES;
@@ -169,7 +174,7 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
             };
             if let (Some(eps), Some(nw)) = (norm, nw) {
                 let _ = writeln!(b, "    var ss = 0.0;");
-                b += &sweep("ss", &|_| format!("ld0({xo}) * ld0({xo})"));
+                b += &sweep("ss", &|e| format!("ld0({0}) * ld0({0})", xo(e)));
                 let total = if cooperative {
                     "wg_sum(ss, lane)"
                 } else {
@@ -181,21 +186,22 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
                     k,
                     lit(f64::from(*eps))
                 );
-                let nwo = offset(&ops[nw], &["kk".to_string()]);
                 let _ = writeln!(b, "    var acc = 0.0;");
                 let xn = |v: &str| round_to(x.dtype, v);
-                b += &sweep("acc", &|_| {
+                b += &sweep("acc", &|e| {
                     format!(
-                        "{} * ld1({wo})",
+                        "{} * ld1({})",
                         xn(&format!(
-                            "{} * ld{nw}({nwo})",
-                            xn(&format!("ld0({xo}) * inv"))
-                        ))
+                            "{} * ld{nw}({})",
+                            xn(&format!("ld0({}) * inv", xo(e))),
+                            offset(&ops[nw], &[e.to_string()])
+                        )),
+                        wo(e)
                     )
                 });
             } else {
                 let _ = writeln!(b, "    var acc = 0.0;");
-                b += &sweep("acc", &|_| format!("ld0({xo}) * ld1({wo})"));
+                b += &sweep("acc", &|e| format!("ld0({}) * ld1({})", xo(e), wo(e)));
             }
             if cooperative {
                 // After the last barrier: lane 0 alone finishes the item.
