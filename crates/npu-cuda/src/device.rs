@@ -68,6 +68,11 @@ pub struct Device {
     lt: OnceLock<LtHandle>,
     pub(crate) arch: (i32, i32),
     pub(crate) sms: i32,
+    /// Kernels are launched as programmatic dependents of the one before them (compute
+    /// capability 9.0 and later, unless `NPU_CUDA_PDL=0`): every kernel of ours starts with
+    /// `pdl_enter()` (kernels/common.cuh), which waits for its predecessor before touching
+    /// memory, so only launch latency and block ramp overlap.
+    pub(crate) pdl: bool,
     pub(crate) name: String,
     library: HashMap<&'static str, Func>,
     modules: Mutex<Vec<Arc<CudaModule>>>,
@@ -128,6 +133,7 @@ impl Device {
             lt: OnceLock::new(),
             arch,
             sms,
+            pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             name,
             library: HashMap::new(),
             modules: Mutex::new(Vec::new()),
@@ -317,5 +323,58 @@ impl Drop for DevBuf {
         let _ = self.dev.bind();
         // SAFETY: allocated by `zeroed`, freed once.
         let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Names of the `__global__` functions in `src` whose body does not begin with
+    /// `pdl_enter();`.
+    fn kernels_without_pdl_enter(src: &str) -> Vec<String> {
+        let mut missing = Vec::new();
+        let mut rest = src;
+        while let Some(at) = rest.find("__global__") {
+            rest = &rest[at + "__global__".len()..];
+            let Some(open) = rest.find('{') else { break };
+            let head = &rest[..open];
+            let name = head
+                .split('(')
+                .next()
+                .and_then(|h| h.split_whitespace().last())
+                .unwrap_or("?");
+            if !rest[open + 1..].trim_start().starts_with("pdl_enter();") {
+                missing.push(name.to_string());
+            }
+            rest = &rest[open + 1..];
+        }
+        missing
+    }
+
+    /// Launches are programmatic (`Device::pdl`), which is only sound when every kernel waits
+    /// for its predecessor before touching memory.
+    #[test]
+    fn every_kernel_enters_through_pdl() {
+        let lib = super::library_source();
+        assert!(lib.matches("__global__").count() >= super::LIBRARY_KERNELS.len());
+        assert_eq!(kernels_without_pdl_enter(&lib), Vec::<String>::new());
+        let b = npu_program::program::Binding {
+            slot: npu_program::program::Slot::Arena,
+            byte_offset: 0,
+            shape: vec![2, 3],
+            strides: vec![3, 1],
+            dtype: npu_ir::DType::F32,
+        };
+        let expr = npu_program::expr::Expr {
+            code: vec![
+                npu_program::expr::Instr::Load(0),
+                npu_program::expr::Instr::Unary(npu_ir::UnaryOp::Relu),
+            ],
+        };
+        let (code, _) = crate::elementwise::generate(&expr, std::slice::from_ref(&b), &b);
+        assert_eq!(kernels_without_pdl_enter(&code), Vec::<String>::new());
+        assert_eq!(
+            kernels_without_pdl_enter("__global__ void k(int* p) { *p = 0; }"),
+            vec!["k".to_string()]
+        );
     }
 }

@@ -42,7 +42,7 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
         .map(|i| format!("TD i{i}"))
         .chain(["TD out".to_string(), "i64 n".to_string()])
         .collect();
-    let _ = writeln!(body, "({}) {{", params.join(", "));
+    let _ = writeln!(body, "({}) {{\n  pdl_enter();", params.join(", "));
     let _ = writeln!(
         body,
         "  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {{"

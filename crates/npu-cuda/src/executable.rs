@@ -306,18 +306,50 @@ impl CudaExecutable {
 
     fn launch_kernel(dev: &Device, k: &mut KernelLaunch) -> CudaResult<()> {
         let mut params = k.params();
-        // SAFETY: arguments match the kernel's signature (planned from the same source);
-        // every address was resolved against live buffers.
+        if !dev.pdl {
+            // SAFETY: arguments match the kernel's signature (planned from the same source);
+            // every address was resolved against live buffers.
+            return unsafe {
+                result::launch_kernel(
+                    k.func.0,
+                    k.grid,
+                    k.block,
+                    k.smem,
+                    dev.cu_stream(),
+                    &mut params,
+                )
+            }
+            .map_err(|e| CudaError::driver("launching a kernel", e));
+        }
+        use cudarc::driver::sys;
+        // SAFETY: a zeroed attribute value is a valid union state; one field is set below.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: k.grid.0,
+            gridDimY: k.grid.1,
+            gridDimZ: k.grid.2,
+            blockDimX: k.block.0,
+            blockDimY: k.block.1,
+            blockDimZ: k.block.2,
+            sharedMemBytes: k.smem,
+            hStream: dev.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as above; `config` and `attr` outlive the call, and every kernel of ours
+        // waits for its predecessor in `pdl_enter()` before any memory access (checked by
+        // `device::tests::every_kernel_enters_through_pdl`).
         unsafe {
-            result::launch_kernel(
+            sys::cuLaunchKernelEx(
+                &config,
                 k.func.0,
-                k.grid,
-                k.block,
-                k.smem,
-                dev.cu_stream(),
-                &mut params,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
             )
         }
+        .result()
         .map_err(|e| CudaError::driver("launching a kernel", e))
     }
 

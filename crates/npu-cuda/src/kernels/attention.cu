@@ -41,6 +41,7 @@ __device__ __forceinline__ void load_tile(const TD& t, i64 base, i64 t0, i64 tn,
 
 extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int causal, float scale, int group,
                                   int hbase, i64 split_len, int nsplit, float* part) {
+  pdl_enter();
   extern __shared__ float sm[];
   int D = (int)q.sh[3];
   i64 H = q.sh[1], S = q.sh[2], T = k.sh[2], KVH = k.sh[1];
@@ -186,6 +187,7 @@ __device__ __forceinline__ float attn_score(const TD& x, const TD& mask, int has
 }
 
 extern "C" __global__ void k_attn_softmax(TD x, TD mask, int has_mask, TD out) {
+  pdl_enter();
   int r = x.rank;
   i64 n = x.sh[r - 1], row = blockIdx.x;
   i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
@@ -238,6 +240,7 @@ extern "C" __global__ void k_attn_softmax(TD x, TD mask, int has_mask, TD out) {
 // recomputed per dim), then each thread sums its dims' partials with the loads in flight.
 #define CMAX 1024
 extern "C" __global__ void k_attn_combine(const float* part, int nsplit, TD out) {
+  pdl_enter();
   __shared__ float wsh[CMAX];
   i64 H = out.sh[1], S = out.sh[2];
   int D = (int)out.sh[3];
@@ -285,6 +288,7 @@ extern "C" __global__ void k_attn_combine(const float* part, int nsplit, TD out)
 #define DEC_MAXD 128
 extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, TD mask, int has_mask, float scale,
                                                              int group, i64 split_len, int nsplit, float* part) {
+  pdl_enter();
   __shared__ float qs[DMAXG][DEC_MAXD];
   __shared__ float ps[DMAXG][32];
   __shared__ float corr_s[DMAXG];

@@ -3,6 +3,7 @@
 // the row reductions.
 
 extern "C" __global__ void k_copy(TD x, TD out, i64 n) {
+  pdl_enter();
   bool ints = !is_float_dt(x.dt) && !is_float_dt(out.dt);
   for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
     i64 si = offset_of(x, i), di = offset_of(out, i);
@@ -12,6 +13,7 @@ extern "C" __global__ void k_copy(TD x, TD out, i64 n) {
 }
 
 extern "C" __global__ void k_fill(TD out, double v, i64 n) {
+  pdl_enter();
   bool fl = is_float_dt(out.dt);
   for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
     i64 di = offset_of(out, i);
@@ -22,6 +24,7 @@ extern "C" __global__ void k_fill(TD out, double v, i64 n) {
 
 // out[i, :] = table[ids[i], :]; an id out of range reports and leaves the row alone.
 extern "C" __global__ void k_embedding(TD table, TD ids, TD out, i64 nids, int* err, int step) {
+  pdl_enter();
   i64 d = table.sh[1];
   int r = out.rank;
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < nids * d; e += (i64)gridDim.x * blockDim.x) {
@@ -35,6 +38,7 @@ extern "C" __global__ void k_embedding(TD table, TD ids, TD out, i64 nids, int* 
 
 // dest[.., index[i], ..] = src[.., i, ..] along `axis`.
 extern "C" __global__ void k_index_copy(TD index, TD src, TD dest, int axis, i64 n, int* err, int step) {
+  pdl_enter();
   bool ints = !is_float_dt(src.dt) && !is_float_dt(dest.dt);
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
     i64 lin = e, so = 0, dof = 0;
@@ -57,6 +61,7 @@ extern "C" __global__ void k_index_copy(TD index, TD src, TD dest, int axis, i64
 }
 
 extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
+  pdl_enter();
   int r = x.rank;
   i64 d = x.sh[r - 1], h = d / 2;
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
@@ -72,6 +77,7 @@ extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
 
 // One block per row of the last dim.
 extern "C" __global__ void k_softmax(TD x, TD mask, int has_mask, float scale, TD out) {
+  pdl_enter();
   int r = x.rank;
   i64 d = x.sh[r - 1], row = blockIdx.x;
   i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
@@ -111,6 +117,7 @@ extern "C" __global__ void k_softmax(TD x, TD mask, int has_mask, float scale, T
 // rows take a second pass over x.
 #define RN_MAX 8
 extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
+  pdl_enter();
   int r = x.rank;
   i64 d = x.sh[r - 1], row = blockIdx.x;
   i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
@@ -151,6 +158,7 @@ extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
 }
 
 extern "C" __global__ void k_layer_norm(TD x, TD w, TD b, int hw, int hb, float eps, TD out) {
+  pdl_enter();
   int r = x.rank;
   i64 d = x.sh[r - 1], row = blockIdx.x;
   i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
@@ -173,6 +181,7 @@ extern "C" __global__ void k_layer_norm(TD x, TD w, TD b, int hw, int hb, float 
 
 // Reduces the trailing `reduced` dims; one block per leading element.
 extern "C" __global__ void k_reduce(TD x, int reduced, int mean, TD out) {
+  pdl_enter();
   int lead = x.rank - reduced;
   i64 n = 1;
   for (int d = lead; d < x.rank; ++d) n *= x.sh[d];
@@ -194,6 +203,7 @@ extern "C" __global__ void k_reduce(TD x, int reduced, int mean, TD out) {
 // kind 0 = max, 1 = avg. p = {kh, kw, sh, sw, ph, pw, dh, dw, count_include_pad, divisor (0 = none)}.
 extern "C" __global__ void k_pool2d(TD x, TD out, int kind, int kh, int kw, int sh, int sw, int ph,
                                     int pw, int dh, int dw, int cip, int divisor) {
+  pdl_enter();
   i64 N = out.sh[0], C = out.sh[1], OH = out.sh[2], OW = out.sh[3];
   i64 H = x.sh[2], W = x.sh[3];
   i64 total = N * C * OH * OW;
@@ -232,6 +242,7 @@ extern "C" __global__ void k_pool2d(TD x, TD out, int kind, int kh, int kw, int 
 }
 
 extern "C" __global__ void k_adaptive_avg_pool2d(TD x, TD out) {
+  pdl_enter();
   i64 N = out.sh[0], C = out.sh[1], OH = out.sh[2], OW = out.sh[3];
   i64 H = x.sh[2], W = x.sh[3];
   i64 total = N * C * OH * OW;
@@ -252,6 +263,7 @@ extern "C" __global__ void k_adaptive_avg_pool2d(TD x, TD out) {
 // global pooling of squeeze-excitation blocks: one thread per output summed thousands of
 // pixels serially). Lanes stride over the window; the same bounds as k_adaptive_avg_pool2d.
 extern "C" __global__ void k_adaptive_avg_pool2d_warp(TD x, TD out) {
+  pdl_enter();
   i64 N = out.sh[0], C = out.sh[1], OH = out.sh[2], OW = out.sh[3];
   i64 H = x.sh[2], W = x.sh[3];
   i64 total = N * C * OH * OW;
@@ -271,4 +283,4 @@ extern "C" __global__ void k_adaptive_avg_pool2d_warp(TD x, TD out) {
 }
 
 // Zeroes the error word (first launch of every run).
-extern "C" __global__ void k_clear_err(int* err) { *err = 0; }
+extern "C" __global__ void k_clear_err(int* err) { pdl_enter(); *err = 0; }

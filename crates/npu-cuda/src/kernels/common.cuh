@@ -25,6 +25,20 @@ struct TD {
 #define DT_U8 8
 #define DT_BOOL 9
 
+// Programmatic dependent launch (sm_90 and later). Every kernel calls pdl_enter() as its first
+// statement: it waits until the grid before it in the stream has completed and its writes are
+// visible, and only then lets the next grid's blocks be scheduled. With the launches made
+// programmatic (device.rs, `Device::pdl`), a kernel's launch and block ramp overlap the previous
+// kernel's tail instead of following it; without the attribute both instructions are no-ops.
+// The wait comes first, before any global memory access, so no kernel reads or writes memory
+// that the one before it is still using.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float bf16_to_f32(unsigned short b) {
   return __uint_as_float(((unsigned int)b) << 16);
 }

@@ -8,6 +8,7 @@
 extern "C" __global__ void __launch_bounds__(256) k_conv_direct(TD x, TD w, TD bias, int has_bias, int act,
                                                                TD out, int groups, int sh, int sw, int ph,
                                                                int pw, int dh, int dw) {
+  pdl_enter();
   const int O = (int)out.sh[1], OH = (int)out.sh[2], OW = (int)out.sh[3];
   const int H = (int)x.sh[2], W = (int)x.sh[3];
   const int cg = (int)x.sh[1] / groups, og = O / groups, KH = (int)w.sh[2], KW = (int)w.sh[3];

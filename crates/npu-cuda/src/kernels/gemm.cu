@@ -16,6 +16,7 @@ __device__ __forceinline__ float add_bias(int mode, float v, float beta, float b
 
 extern "C" __global__ void __launch_bounds__(256) k_gemm(TD a, TD b, TD bias, int has_bias, float alpha,
                                                          float beta, int act, TD out) {
+  pdl_enter();
   int r = out.rank;
   i64 M = out.sh[r - 2], N = out.sh[r - 1], K = a.sh[r - 1];
   i64 batch = blockIdx.z;
@@ -66,6 +67,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(TD a, TD b, TD bias, in
 // out[.., m, n] = act(c[batch * cbs + m * N + n] + beta * bias) for a dense f32 result c.
 extern "C" __global__ void k_epilogue(const float* c, i64 cbs, TD bias, int has_bias, float beta, int act,
                                       TD out, i64 total) {
+  pdl_enter();
   int r = out.rank;
   i64 M = out.sh[r - 2], N = out.sh[r - 1];
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
@@ -80,6 +82,7 @@ extern "C" __global__ void k_epilogue(const float* c, i64 cbs, TD bias, int has_
 // Conv epilogue: out[n, o, y, x] = act(c[o * ldc + n * pix + y * OW + x] + bias[o]).
 extern "C" __global__ void k_conv_epilogue(const float* c, i64 ldc, i64 o0, TD bias, int has_bias, int act,
                                            TD out, i64 og) {
+  pdl_enter();
   i64 N = out.sh[0], OH = out.sh[2], OW = out.sh[3];
   i64 pix = OH * OW, total = og * N * pix;
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
@@ -94,6 +97,7 @@ extern "C" __global__ void k_conv_epilogue(const float* c, i64 ldc, i64 o0, TD b
 // col[(ci * kh + i) * kw + j, n * pix + y * OW + x] = x[n, c0 + ci, y*sh - ph + i*dh, x*sw - pw + j*dw].
 extern "C" __global__ void k_im2col(TD x, int c0, int cg, int kh, int kw, int sh, int sw, int ph, int pw,
                                     int dh, int dw, int OH, int OW, u64 col, int col_dt) {
+  pdl_enter();
   i64 N = x.sh[0], H = x.sh[2], W = x.sh[3];
   i64 pix = (i64)OH * OW, cols = N * pix, total = (i64)cg * kh * kw * cols;
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
@@ -123,6 +127,7 @@ __device__ __forceinline__ void unpack8(uint4 u, int dt, float* f) {
 // rows 16-byte aligned). a is staged in shared memory as f32 (dynamic, K floats).
 extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, int has_bias, float alpha, float beta,
                                                          int act, TD out, int vec) {
+  pdl_enter();
   extern __shared__ float as[];
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
@@ -168,6 +173,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
                                                            float beta, int act, TD out, TD nw, int has_norm,
                                                            float eps) {
+  pdl_enter();
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
   int r = out.rank;
@@ -240,6 +246,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
 // 32-bit index math. Same layout as k_im2col.
 extern "C" __global__ void k_im2col2(TD x, int c0, int cg, int kh, int kw, int sh, int sw, int ph, int pw,
                                      int dh, int dw, int OH, int OW, u64 col, int col_dt) {
+  pdl_enter();
   int N = (int)x.sh[0], H = (int)x.sh[2], W = (int)x.sh[3];
   int pix = OH * OW, cols = N * pix, rows = cg * kh * kw;
   for (int row = blockIdx.y; row < rows; row += gridDim.y) {
@@ -262,6 +269,7 @@ extern "C" __global__ void k_im2col2(TD x, int c0, int cg, int kh, int kw, int s
 // k_im2col; an input already in the column dtype is copied bit for bit.
 extern "C" __global__ void k_im2col8(TD x, int c0, int cg, int kh, int kw, int sh, int sw, int ph, int pw,
                                      int dh, int dw, int OH, int OW, u64 col, int col_dt) {
+  pdl_enter();
   const int H = (int)x.sh[2], W = (int)x.sh[3];
   const int pix = OH * OW, cols = (int)x.sh[0] * pix, c8 = cols / 8;
   const i64 total = (i64)cg * kh * kw * c8;
@@ -306,6 +314,7 @@ extern "C" __global__ void k_im2col8(TD x, int c0, int cg, int kh, int kw, int s
 // Conv epilogue with a 2-D grid: y over output channels of the group, x over N * pix.
 extern "C" __global__ void k_conv_epilogue2(const float* c, i64 ldc, i64 o0, TD bias, int has_bias, int act,
                                             TD out, i64 og) {
+  pdl_enter();
   int N = (int)out.sh[0], OW = (int)out.sh[3];
   int pix = (int)out.sh[2] * OW, cols = N * pix;
   for (i64 o = blockIdx.y; o < og; o += gridDim.y) {
