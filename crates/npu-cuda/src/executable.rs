@@ -342,12 +342,7 @@ impl CudaExecutable {
         // waits for its predecessor in `pdl_enter()` before any memory access (checked by
         // `device::tests::every_kernel_enters_through_pdl`).
         unsafe {
-            sys::cuLaunchKernelEx(
-                &config,
-                k.func.0,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
+            sys::cuLaunchKernelEx(&config, k.func.0, params.as_mut_ptr(), std::ptr::null_mut())
         }
         .result()
         .map_err(|e| CudaError::driver("launching a kernel", e))

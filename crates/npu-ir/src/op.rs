@@ -970,11 +970,20 @@ mod tests {
             p("aten.new_ones.default", r#"{"size": []}"#, 1),
             Op::FullLike { value: 1.0 }
         );
+        assert_eq!(p("aten.relu6.default", "{}", 1), Op::Unary(UnaryOp::Relu6));
         assert_eq!(
-            p("aten.relu6.default", "{}", 1),
+            p(
+                "aten.hardtanh.default",
+                r#"{"min_val": 0.0, "max_val": 6.0}"#,
+                1
+            ),
+            Op::Unary(UnaryOp::Relu6)
+        );
+        assert_eq!(
+            p("aten.hardtanh.default", "{}", 1),
             Op::Clamp {
-                min: Some(0.0),
-                max: Some(6.0)
+                min: Some(-1.0),
+                max: Some(1.0)
             }
         );
         assert_eq!(

@@ -1,5 +1,6 @@
 //! Scaled dot-product attention: prefill with a padding mask (grouped K/V), causal, rows
-//! that attend to nothing, decode over long contexts, head dims that are not a multiple of 32.
+//! that attend to nothing, decode over long contexts and over stale (NaN/Inf) masked cache slots,
+//! head dims that are not a multiple of 32.
 
 use crate::case::{Case, Rng};
 use npu_ir::DType;
@@ -50,20 +51,54 @@ fn case(
         .input(rng, &[b, kvh, t, d], dt)
         .input(rng, &[b, kvh, t, d], dt);
     if mask {
-        let start = t / 3;
         let vals: Vec<f32> = (0..s * t)
-            .map(|i| {
-                let (r, col) = (i / t, i % t);
-                if col <= start + r && col >= 2 && r + dead < s {
-                    0.0
-                } else {
-                    -3.389_531_4e38
-                }
-            })
+            .map(|i| mask_value(i / t, i % t, s, t, dead))
             .collect();
         c = c.view_of(&[1, 1, s, t], dt, &vals, &[b, h, s, t], &[0, 0, t, 1], 0);
     }
     c.output(&[b, h, s, d], dt)
+}
+
+/// The padding-and-causal mask of `case` at (row, col): 0 where attended, `finfo.min` where
+/// not (the first two slots, slots past `t / 3 + row`, and the last `dead` rows).
+fn mask_value(row: usize, col: usize, s: usize, t: usize, dead: usize) -> f32 {
+    if col <= t / 3 + row && col >= 2 && row + dead < s {
+        0.0
+    } else {
+        -3.389_531_4e38
+    }
+}
+
+/// Decode (one query row) over a static cache whose masked slots hold NaN and infinities, as
+/// a cache slot not yet written may: a masked key's K and V must never reach the output.
+fn stale_decode_case(rng: &mut Rng, [b, h, kvh, t, d]: [usize; 5], dt: DType) -> Case {
+    let kernel = Kernel::Attention {
+        scale: 1.0 / (d as f32).sqrt(),
+        causal: false,
+    };
+    let poisoned = |rng: &mut Rng, poison: f32| -> Vec<f32> {
+        (0..b * kvh * t * d)
+            .map(|i| {
+                let col = (i / d) % t;
+                if mask_value(0, col, 1, t, 0) == 0.0 {
+                    rng.f()
+                } else {
+                    poison
+                }
+            })
+            .collect()
+    };
+    let (kv, vv) = (poisoned(rng, f32::NAN), poisoned(rng, f32::INFINITY));
+    let mask: Vec<f32> = (0..t).map(|col| mask_value(0, col, 1, t, 0)).collect();
+    Case::new(
+        format!("attention {dt} b{b} h{h}/{kvh} s1 t{t} d{d} mask, NaN/Inf in masked slots"),
+        kernel,
+    )
+    .input(rng, &[b, h, 1, d], dt)
+    .input_of(&[b, kvh, t, d], dt, &kv)
+    .input_of(&[b, kvh, t, d], dt, &vv)
+    .view_of(&[1, 1, 1, t], dt, &mask, &[b, h, 1, t], &[0, 0, t, 1], 0)
+    .output(&[b, h, 1, d], dt)
 }
 
 pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
@@ -77,6 +112,8 @@ pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         case(rng, [1, 12, 2, 1, 2500, 128], F16, true, false, 0, false),
         case(rng, [2, 8, 1, 1, 300, 80], F32, true, false, 0, false),
         case(rng, [1, 4, 4, 1, 77, 64], BF16, false, false, 0, false),
+        stale_decode_case(rng, [1, 12, 2, 700, 128], BF16),
+        stale_decode_case(rng, [1, 8, 8, 100, 64], F16),
         // small shapes with a strided q
         case(rng, [2, 4, 2, 3, 9, 16], F32, false, false, 0, true),
         case(rng, [1, 6, 2, 7, 7, 8], F32, false, true, 0, true),

@@ -50,9 +50,11 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             }
         }
     }
-    // GEMV (M = 1) on a transposed bf16 weight with bias, vectorized and odd K.
+    // GEMV (M = 1) on a transposed bf16 weight with bias, vectorized and odd K; a wide one
+    // (more column groups than CUDA's k_gemv16 launches blocks: each block loops).
     for (dt, k, n) in [
         (BF16, 1536, 1000),
+        (F16, 256, 9001),
         (F16, 64, 333),
         (F32, 37, 19),
         (BF16, 1533, 77),

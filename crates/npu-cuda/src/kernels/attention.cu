@@ -258,9 +258,19 @@ extern "C" __global__ void k_attn_combine(const float* part, int nsplit, TD out)
   }
   L = block_sum(L);
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float a = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < nsplit; ++i) {
+    const float* pd = pp + 2 + d;
+    // eight loads in flight per round, no branch between them (ncu: with the weight's
+    // recompute branch in the loop, each load waited for the one before: 31 us per call)
+    float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int ncached = min(nsplit, CMAX), i = 0;
+    for (; i + 8 <= ncached; i += 8) {
+      float x[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) x[u] = pd[(i + u) * (i64)(D + 2)];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) a[u] += x[u] * wsh[i + u];
+    }
+    for (; i < nsplit; ++i) {
       float w;
       if (i < CMAX) {
         w = wsh[i];
@@ -268,9 +278,10 @@ extern "C" __global__ void k_attn_combine(const float* part, int nsplit, TD out)
         float mi = pp[i * (D + 2)];
         w = mi == -NPU_INF ? 0.0f : expf(mi - M);
       }
-      a += pp[i * (D + 2) + 2 + d] * w;
+      a[0] += pd[i * (i64)(D + 2)] * w;
     }
-    st(out, b * out.st[0] + h * out.st[1] + s * out.st[2] + d * out.st[3], L > 0.0f ? a / L : 0.0f);
+    float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    st(out, b * out.st[0] + h * out.st[1] + s * out.st[2] + d * out.st[3], L > 0.0f ? sum / L : 0.0f);
   }
 }
 
@@ -292,16 +303,30 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
   __shared__ float qs[DMAXG][DEC_MAXD];
   __shared__ float ps[DMAXG][32];
   __shared__ float corr_s[DMAXG];
+  __shared__ unsigned tile_keys;  // bit tt: key t0 + tt is in range and not masked
   int D = (int)q.sh[3];
   i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
   int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
   int split = blockIdx.x;
   i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);
+  if (is16_dt(q.dt)) {
+    // every load issued before any is used: a load behind ld()'s dtype switch waits for the
+    // one before it (ncu: 35 us per call, a few thousand instructions at one memory
+    // latency each)
+    unsigned short raw[DMAXG * DEC_MAXD / 128];
 #pragma unroll
-  for (int j = 0; j < DMAXG * DEC_MAXD / 128; ++j) {
-    int idx = tid + 128 * j;
-    if (idx < group * D) {
+    for (int j = 0; j < DMAXG * DEC_MAXD / 128; ++j) {
+      int idx = min(tid + 128 * j, group * D - 1), g = idx / D, d = idx % D;
+      raw[j] = ((const unsigned short*)q.ptr)[b * q.st[0] + (kh * group + g) * q.st[1] + d * q.st[3]];
+    }
+#pragma unroll
+    for (int j = 0; j < DMAXG * DEC_MAXD / 128; ++j) {
+      int idx = tid + 128 * j;
+      if (idx < group * D) qs[idx / D][idx % D] = h16_to_f32(raw[j], q.dt) * scale;
+    }
+  } else {
+    for (int idx = tid; idx < group * D; idx += 128) {
       int g = idx / D, d = idx % D;
       qs[g][d] = ld(q, b * q.st[0] + (kh * group + g) * q.st[1] + d * q.st[3]) * scale;
     }
@@ -331,15 +356,20 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
     // streamed 8 dims at a time into both dot products
     int g0 = warp, g1 = warp + 4;
     float dot0 = 0.0f, dot1 = 0.0f;
-    if (valid) {
-      i64 ko = kbase + t * k.st[2];
-      if (kvec) {
-        const uint4* kp = (const uint4*)((const unsigned short*)k.ptr + ko);
+    if (kvec) {
+      // every lane loads a row (the last one of the range past its end), all 16-byte loads
+      // in flight together; only valid lanes use theirs
+      const uint4* kp = (const uint4*)((const unsigned short*)k.ptr + kbase + min(t, t_end - 1) * k.st[2]);
+      uint4 kr[DEC_MAXD / 8];
+#pragma unroll
+      for (int c = 0; c < DEC_MAXD / 8; ++c)
+        if (c * 8 < D) kr[c] = kp[c];
+      if (valid) {
 #pragma unroll
         for (int c = 0; c < DEC_MAXD / 8; ++c) {
           if (c * 8 < D) {
             float kf[8];
-            unpack8(kp[c], k.dt, kf);
+            unpack8(kr[c], k.dt, kf);
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
               dot0 += qs[g0][c * 8 + i] * kf[i];
@@ -347,7 +377,10 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
             }
           }
         }
-      } else {
+      }
+    } else if (valid) {
+      i64 ko = kbase + t * k.st[2];
+      {
         for (int d = 0; d < D; ++d) {
           float kv = ld(k, ko + d * k.st[3]);
           dot0 += qs[g0][d] * kv;
@@ -369,13 +402,27 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
       ps[g][lane] = p;
       if (lane == 0) corr_s[g] = corr;
     }
+    // the mask row is shared by the group's heads, so every warp's `valid` is the same
+    unsigned keys = __ballot_sync(0xffffffffu, valid);
+    if (tid == 0) tile_keys = keys;
     __syncthreads();
     // p * V for every head; thread d owns dim d
     if (tid < D) {
       float vv[32];
+      if (is16_dt(v.dt)) {
+        // rows past the tile's end load its last row (in bounds, all loads in flight); those
+        // and masked rows (a stale cache slot may hold NaN or inf, and 0 * inf is NaN) are 0
+        const unsigned short* vp = (const unsigned short*)v.ptr + vbase + tid * v.st[3];
+        unsigned short raw[32];
 #pragma unroll
-      for (int tt = 0; tt < 32; ++tt)
-        vv[tt] = tt < tn ? ld(v, vbase + (t0 + tt) * v.st[2] + tid * v.st[3]) : 0.0f;
+        for (int tt = 0; tt < 32; ++tt) raw[tt] = vp[(t0 + min(tt, tn - 1)) * v.st[2]];
+#pragma unroll
+        for (int tt = 0; tt < 32; ++tt) vv[tt] = (tile_keys >> tt) & 1u ? h16_to_f32(raw[tt], v.dt) : 0.0f;
+      } else {
+#pragma unroll
+        for (int tt = 0; tt < 32; ++tt)
+          vv[tt] = (tile_keys >> tt) & 1u ? ld(v, vbase + (t0 + tt) * v.st[2] + tid * v.st[3]) : 0.0f;
+      }
 #pragma unroll
       for (int g = 0; g < DMAXG; ++g) {
         if (g < group) {

@@ -59,6 +59,12 @@ __device__ __forceinline__ unsigned short f32_to_f16(float f) {
   return h;
 }
 
+__device__ __forceinline__ bool is16_dt(int dt) { return dt == DT_F16 || dt == DT_BF16; }
+// A 16-bit float (dt: DT_F16 or DT_BF16) as f32.
+__device__ __forceinline__ float h16_to_f32(unsigned short h, int dt) {
+  return dt == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
 __device__ __forceinline__ float ld_dt(u64 p, int dt, i64 off) {
   switch (dt) {
     case DT_F32: return ((const float*)p)[off];

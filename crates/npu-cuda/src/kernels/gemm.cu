@@ -166,10 +166,20 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 }
 
 // M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
-// conflict-free), b rows stream through 16-byte loads, four in flight per lane. One warp per
-// output column n. Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`: the staged row
-// is RMS-normalized first, as k_rms_norm computes it (every block normalizes its own copy).
+// conflict-free), b rows stream through 16-byte loads, GV_U in flight per lane. One warp per
+// output column; a block takes groups of 8 columns, gridDim.x apart (the planner launches at
+// most a few blocks per SM, so a wide matrix pays the staging once per block, not once per 8
+// columns). A column's first loads are issued before the previous column's reduction and
+// store, and the first column's before a is staged (b is a weight: no kernel writes it).
+// Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`: the staged row is RMS-normalized
+// first, as k_rms_norm computes it (every block normalizes its own copy).
 #define GV_U 4
+__device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int v0, int nv) {
+#pragma unroll
+  for (int u = 0; u < GV_U; ++u)
+    if (v0 + 32 * u < nv) w[u] = __ldg(row + v0 + 32 * u);
+}
+
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
                                                            float beta, int act, TD out, TD nw, int has_norm,
                                                            float eps) {
@@ -180,6 +190,17 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
   i64 batch = blockIdx.y;
   i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  i64 groups = (N + 7) / 8;
+  const unsigned short* bp = (const unsigned short*)b.ptr + bo;
+  i64 bs = b.st[r - 1];
+  // a warp past N streams row N - 1 (in bounds) and stores nothing
+  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
+  int nv = (int)(K / 8);
+  i64 g = blockIdx.x;
+  const uint4* row = row_of(g);
+  uint4 w[GV_U];
+  gv_load(w, row, lane, nv);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
@@ -208,37 +229,36 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
     }
     __syncthreads();
   }
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 n = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
-  if (n >= N) return;
-  const uint4* row = (const uint4*)((const unsigned short*)b.ptr + bo + n * b.st[r - 1]);
-  int nv = (int)(K / 8);
-  float s = 0.0f;
-  for (int v0 = lane; v0 < nv; v0 += 32 * GV_U) {
-    uint4 w[GV_U];
+  for (; g < groups; g += gridDim.x) {
+    i64 n = g * 8 + warp;
+    float s = 0.0f;
+    for (int v0 = lane;;) {
 #pragma unroll
-    for (int u = 0; u < GV_U; ++u) {
-      int v = v0 + 32 * u;
-      if (v < nv) w[u] = __ldg(row + v);
-    }
+      for (int u = 0; u < GV_U; ++u) {
+        int v = v0 + 32 * u;
+        if (v < nv) {
+          float wf[8], xf[8];
+          unpack8(w[u], b.dt, wf);
+          unpack8(as4[v], b.dt, xf);
 #pragma unroll
-    for (int u = 0; u < GV_U; ++u) {
-      int v = v0 + 32 * u;
-      if (v < nv) {
-        float wf[8], xf[8];
-        unpack8(w[u], b.dt, wf);
-        unpack8(as4[v], b.dt, xf);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+          for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+        }
       }
+      v0 += 32 * GV_U;
+      if (v0 >= nv) break;
+      gv_load(w, row, v0, nv);
     }
-  }
-  s = warp_sum(s);
-  if (lane == 0) {
-    float v = alpha * s;
-    if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
-    if (act >= 0) v = apply_unary(act, v);
-    st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+    if (g + gridDim.x < groups) {
+      row = row_of(g + gridDim.x);
+      gv_load(w, row, lane, nv);
+    }
+    s = warp_sum(s);
+    if (lane == 0 && n < N) {
+      float v = alpha * s;
+      if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
+      if (act >= 0) v = apply_unary(act, v);
+      st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+    }
   }
 }
 

@@ -7,6 +7,11 @@ use crate::launch::{Arg, Launch, TdArg};
 use crate::loc::Loc;
 use npu_program::program::Binding;
 
+/// Blocks per SM that `k_gemv16` is launched with at most (a wide matrix loops over its
+/// column groups): the residency its 64 registers per thread allow at 256 threads (ptxas;
+/// bounding it to 5 or 6 blocks spills).
+const GEMV16_BLOCKS_PER_SM: usize = 4;
+
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm(
@@ -142,9 +147,17 @@ impl Planner<'_> {
             };
             // One warp per output column, 8 per block (4 per block, for more blocks at
             // N = 1536, measured slower on the H100: each block stages all of `a`).
+            // k_gemv16 loops over groups of 8 columns: at most GEMV16_BLOCKS_PER_SM blocks
+            // per SM, each staging `a` once.
+            let groups = n.div_ceil(8);
+            let blocks = if raw16 {
+                groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+            } else {
+                groups
+            };
             let launch = kl(
                 self.f(name),
-                (n.div_ceil(8) as u32, batches.max(1) as u32, 1),
+                (blocks as u32, batches.max(1) as u32, 1),
                 256,
                 smem as u32,
                 vec![

@@ -61,13 +61,13 @@ pub(crate) fn parse(
             scale: SELU_SCALE,
             input_scale: 1.0,
         }),
-        ("relu6", _) => Op::Clamp {
-            min: Some(0.0),
-            max: Some(6.0),
-        },
-        ("hardtanh", _) => Op::Clamp {
-            min: Some(params("min_val", -1.0)?),
-            max: Some(params("max_val", 1.0)?),
+        ("relu6", _) => Op::Unary(UnaryOp::Relu6),
+        ("hardtanh", _) => match (params("min_val", -1.0)?, params("max_val", 1.0)?) {
+            (lo, hi) if lo == 0.0 && hi == 6.0 => Op::Unary(UnaryOp::Relu6),
+            (lo, hi) => Op::Clamp {
+                min: Some(lo),
+                max: Some(hi),
+            },
         },
         ("clamp" | "clip", "default" | "Scalar") => Op::Clamp {
             min: scalar("min")?,

@@ -16,6 +16,13 @@ pointwise_ops! {
             int |x| Ok(x.max(0));
             cuda "({x} < 0.0f ? 0.0f : {x})";
             wgsl "p_relu({x})";
+        /// `hardtanh(x, 0, 6)`; NaN stays NaN. A row of its own (not a clamp) so that a conv or
+        /// GEMM epilogue can apply it: MobileNets put it after every convolution.
+        Relu6 "relu6" ["relu6"] Keep
+            |x| if x.is_nan() { x } else if x < k(0.0) { k(0.0) } else if x > k(6.0) { k(6.0) } else { x };
+            int |x| Ok(x.clamp(0, 6));
+            cuda "({x} != {x} ? {x} : fminf(fmaxf({x}, 0.0f), 6.0f))";
+            wgsl "min(max({x}, 0.0), 6.0)";
         Silu "silu" ["silu"] Float |x| x / (k::<F>(1.0) + (-x).exp());
             cuda "{x} / (1.0f + expf(-{x}))";
             wgsl "({x} / (1.0 + exp(-{x})))";
