@@ -44,6 +44,14 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
     );
     v.push(
         Case::new(
+            "maxpool f32 k3 s2 p1 over NaN and infinities",
+            pool(PoolKind::Max, 3, 2, 1),
+        )
+        .special_input(rng, &[1, 4, 11, 13], F32, 5)
+        .output(&[1, 4, 6, 7], F32),
+    );
+    v.push(
+        Case::new(
             "maxpool f32 k3 s1 p1 dilation 2",
             Kernel::Pool2d {
                 kind: PoolKind::Max,

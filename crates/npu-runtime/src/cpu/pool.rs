@@ -40,8 +40,9 @@ pub fn pool2d(
         let xb = ni * x.strides[0] + ci * x.strides[1];
         let ob = ni * out.strides[0] + ci * out.strides[1];
         // The plane once in f32, then windows over plain slices.
-        with_scratch(0, hu * wu + ow, |buf| {
-            let (img, orow) = buf.split_at_mut(hu * wu);
+        with_scratch(0, hu * wu + ow + hu * ow, |buf| {
+            let (img, rest) = buf.split_at_mut(hu * wu);
+            let (orow, hmax) = rest.split_at_mut(ow);
             for yy in 0..hu {
                 x.gather(
                     xb + yy * x.strides[2],
@@ -49,56 +50,124 @@ pub fn pool2d(
                     &mut img[yy * wu..(yy + 1) * wu],
                 );
             }
+            let PoolKind::Avg {
+                count_include_pad,
+                divisor,
+            } = kind
+            else {
+                max_pool_plane(
+                    img,
+                    [hu, wu],
+                    hmax,
+                    orow,
+                    [oh, ow],
+                    k,
+                    s,
+                    p,
+                    d,
+                    |oy, row| out.scatter(ob + oy * out.strides[2], out.strides[3], row),
+                );
+                return;
+            };
             for oy in 0..oh {
                 let hs = (oy * s[0]) as isize - p[0] as isize;
                 for (ox, o) in orow.iter_mut().enumerate() {
                     let ws = (ox * s[1]) as isize - p[1] as isize;
-                    *o = match kind {
-                        PoolKind::Max => {
-                            let mut m = f32::NEG_INFINITY;
-                            for i in in_bounds(hs, k[0], d[0], h) {
-                                let yy = hs + (i * d[0]) as isize;
-                                let row = &img[yy as usize * wu..(yy as usize + 1) * wu];
-                                for j in in_bounds(ws, k[1], d[1], w) {
-                                    let xx = ws + (j * d[1]) as isize;
-                                    let v = row[xx as usize];
-                                    if v > m || v.is_nan() {
-                                        m = v;
-                                    }
-                                }
-                            }
-                            m
+                    let he = (hs + k[0] as isize).min(h + p[0] as isize);
+                    let we = (ws + k[1] as isize).min(w + p[1] as isize);
+                    let pool = (he - hs) * (we - ws);
+                    let (h0, w0) = (hs.max(0), ws.max(0));
+                    let (h1, w1) = (he.min(h), we.min(w));
+                    let mut sum = 0.0f32;
+                    for yy in h0..h1 {
+                        let row = &img[yy as usize * wu..(yy as usize + 1) * wu];
+                        for xx in w0..w1 {
+                            sum += row[xx as usize];
                         }
-                        PoolKind::Avg {
-                            count_include_pad,
-                            divisor,
-                        } => {
-                            let he = (hs + k[0] as isize).min(h + p[0] as isize);
-                            let we = (ws + k[1] as isize).min(w + p[1] as isize);
-                            let pool = (he - hs) * (we - ws);
-                            let (h0, w0) = (hs.max(0), ws.max(0));
-                            let (h1, w1) = (he.min(h), we.min(w));
-                            let mut sum = 0.0f32;
-                            for yy in h0..h1 {
-                                let row = &img[yy as usize * wu..(yy as usize + 1) * wu];
-                                for xx in w0..w1 {
-                                    sum += row[xx as usize];
-                                }
-                            }
-                            let div = match divisor {
-                                Some(dv) => dv as f32,
-                                None if count_include_pad => pool as f32,
-                                None => ((h1 - h0).max(0) * (w1 - w0).max(0)) as f32,
-                            };
-                            sum / div
-                        }
+                    }
+                    let div = match divisor {
+                        Some(dv) => dv as f32,
+                        None if count_include_pad => pool as f32,
+                        None => ((h1 - h0).max(0) * (w1 - w0).max(0)) as f32,
                     };
+                    *o = sum / div;
                 }
                 out.scatter(ob + oy * out.strides[2], out.strides[3], orow);
             }
         });
     });
     Ok(())
+}
+
+/// NaN-propagating max (ATen's max pooling: a NaN in the window is the result), written as a
+/// select so that loops over it vectorize.
+#[inline(always)]
+fn nan_max(a: f32, b: f32) -> f32 {
+    if b > a || b.is_nan() {
+        b
+    } else {
+        a
+    }
+}
+
+/// Max pooling of one f32 plane, separably: every input row's window maxima along x into
+/// `hmax` (`[h, ow]`), then each output row as the max of its window's rows of `hmax`, one
+/// vectorizable pass per tap. Taps outside the plane are skipped (a window with none is
+/// -inf). `emit(oy, row)` stores an output row.
+#[allow(clippy::too_many_arguments)]
+fn max_pool_plane(
+    img: &[f32],
+    [h, w]: [usize; 2],
+    hmax: &mut [f32],
+    orow: &mut [f32],
+    [oh, ow]: [usize; 2],
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+    mut emit: impl FnMut(usize, &[f32]),
+) {
+    // Outputs lo..hi have every tap inside the row (no bounds per tap); the rest clip.
+    let (kw, sw, pw, dw) = (k[1].max(1), s[1].max(1), p[1], d[1].max(1));
+    let lo = pw.div_ceil(sw).min(ow);
+    let span = (kw - 1) * dw;
+    let hi = if w + pw > span {
+        ((w + pw - span - 1) / sw + 1).clamp(lo, ow)
+    } else {
+        lo
+    };
+    for yy in 0..h {
+        let row = &img[yy * w..(yy + 1) * w];
+        let hr = &mut hmax[yy * ow..(yy + 1) * ow];
+        for ox in (0..lo).chain(hi..ow) {
+            let ws = (ox * sw) as isize - pw as isize;
+            let mut m = f32::NEG_INFINITY;
+            for j in in_bounds(ws, kw, dw, w as isize) {
+                m = nan_max(m, row[(ws + (j * dw) as isize) as usize]);
+            }
+            hr[ox] = m;
+        }
+        for (ox, o) in hr.iter_mut().enumerate().take(hi).skip(lo) {
+            let ws = ox * sw - pw;
+            let mut m = row[ws];
+            for j in 1..kw {
+                m = nan_max(m, row[ws + j * dw]);
+            }
+            *o = m;
+        }
+    }
+    for oy in 0..oh {
+        let hs = (oy * s[0]) as isize - p[0] as isize;
+        orow.fill(f32::NEG_INFINITY);
+        for i in in_bounds(hs, k[0], d[0], h as isize) {
+            let yy = (hs + (i * d[0]) as isize) as usize;
+            let hr = &hmax[yy * ow..(yy + 1) * ow];
+            for (o, &v) in orow.iter_mut().zip(hr) {
+                *o = nan_max(*o, v);
+            }
+        }
+        emit(oy, orow);
+    }
 }
 
 pub fn adaptive_avg_pool2d(x: &View, out: &View) -> Result<(), String> {
