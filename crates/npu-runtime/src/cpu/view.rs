@@ -248,13 +248,18 @@ thread_local! {
 
 /// Runs `f` with this thread's scratch buffer `which` (0..4) of at least `n` f32s. The
 /// buffer grows on first use and is reused afterwards, so steady-state runs allocate nothing.
+/// A pool worker waiting inside a parallel loop may run another task (work stealing), from
+/// another run going on at the same time, that asks for the buffer it holds: that task gets
+/// a buffer of its own for the call.
 pub fn with_scratch<R>(which: usize, n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    SCRATCH.with(|s| {
-        let mut v = s[which].borrow_mut();
-        if v.len() < n {
-            v.resize(n, 0.0);
+    SCRATCH.with(|s| match s[which].try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < n {
+                v.resize(n, 0.0);
+            }
+            f(&mut v[..n])
         }
-        f(&mut v[..n])
+        Err(_) => f(&mut vec![0.0; n]),
     })
 }
 
@@ -277,4 +282,22 @@ impl<T> SendPtr<T> {
 pub fn chunks_for(n: usize, min_per_chunk: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     (n / min_per_chunk.max(1)).clamp(1, threads * 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_scratch;
+
+    #[test]
+    fn a_nested_request_for_a_held_scratch_buffer_gets_its_own() {
+        let sum = with_scratch(2, 4, |outer| {
+            outer.fill(1.0);
+            let inner = with_scratch(2, 3, |inner| {
+                inner.fill(5.0);
+                inner.iter().sum::<f32>()
+            });
+            inner + outer.iter().sum::<f32>()
+        });
+        assert_eq!(sum, 19.0);
+    }
 }
