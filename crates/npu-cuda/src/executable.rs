@@ -150,18 +150,17 @@ impl CudaExecutable {
                 None
             })
         };
-        let in_stage = program
-            .inputs
-            .iter()
-            .zip(&inputs)
-            .map(|(t, b)| stage(t, b.is_some()))
-            .collect::<Result<Vec<_>>>()?;
-        let out_stage = program
-            .outputs
-            .iter()
-            .zip(&outputs)
-            .map(|(t, b)| stage(t, b.is_some()))
-            .collect::<Result<Vec<_>>>()?;
+        let stages = |ts: &[IoTensor], bound: Vec<bool>| -> Result<Vec<Option<Pinned>>> {
+            ts.iter().zip(bound).map(|(t, on)| stage(t, on)).collect()
+        };
+        let in_stage = stages(
+            &program.inputs,
+            inputs.iter().map(Option::is_some).collect(),
+        )?;
+        let out_stage = stages(
+            &program.outputs,
+            outputs.iter().map(Option::is_some).collect(),
+        )?;
         let err_stage = Pinned::new(&dev, 4, "the error word")?;
         let event = || {
             dev.ctx

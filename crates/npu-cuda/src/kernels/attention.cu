@@ -19,13 +19,7 @@ __device__ __forceinline__ void load_tile(const TD& t, i64 base, i64 t0, i64 tn,
       int row = idx / per, c = (idx % per) * 8;
       float f[8];
       if (row < tn) {
-        uint4 u = *(const uint4*)((const unsigned short*)t.ptr + base + (t0 + row) * t.st[2] + c);
-        unsigned int w[4] = {u.x, u.y, u.z, u.w};
-        for (int i = 0; i < 4; ++i) {
-          unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
-          if (t.dt == DT_BF16) { f[2 * i] = bf16_to_f32(lo); f[2 * i + 1] = bf16_to_f32(hi); }
-          else { f[2 * i] = f16_to_f32(lo); f[2 * i + 1] = f16_to_f32(hi); }
-        }
+        unpack8(*(const uint4*)((const unsigned short*)t.ptr + base + (t0 + row) * t.st[2] + c), t.dt, f);
       } else {
         for (int i = 0; i < 8; ++i) f[i] = 0.0f;
       }

@@ -117,8 +117,8 @@ __device__ __forceinline__ void unpack8(uint4 u, int dt, float* f) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
-    if (dt == DT_BF16) { f[2 * i] = bf16_to_f32(lo); f[2 * i + 1] = bf16_to_f32(hi); }
-    else { f[2 * i] = f16_to_f32(lo); f[2 * i + 1] = f16_to_f32(hi); }
+    f[2 * i] = h16_to_f32(lo, dt);
+    f[2 * i + 1] = h16_to_f32(hi, dt);
   }
 }
 
@@ -216,14 +216,14 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
     bool bf = a.dt == DT_BF16;
     float ss = 0.0f;
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
-      float v = bf ? bf16_to_f32(as16[k]) : f16_to_f32(as16[k]);
+      float v = h16_to_f32(as16[k], a.dt);
       ss += v * v;
     }
     ss = block_sum(ss);
     float inv = 1.0f / sqrtf(ss / (float)K + eps);
     i64 ws = nw.st[nw.rank - 1];
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
-      float v = bf ? bf16_to_f32(as16[k]) : f16_to_f32(as16[k]);
+      float v = h16_to_f32(as16[k], a.dt);
       float y = round_dt(a.dt, v * inv) * ld(nw, k * ws);
       as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
     }

@@ -40,7 +40,9 @@ pub fn pool2d(
         let xb = ni * x.strides[0] + ci * x.strides[1];
         let ob = ni * out.strides[0] + ci * out.strides[1];
         // The plane once in f32, then windows over plain slices.
-        with_scratch(0, hu * wu + ow + hu * ow, |buf| {
+        // max pooling also keeps every input row's window maxima ([h, ow])
+        let hmax_len = if kind == PoolKind::Max { hu * ow } else { 0 };
+        with_scratch(0, hu * wu + ow + hmax_len, |buf| {
             let (img, rest) = buf.split_at_mut(hu * wu);
             let (orow, hmax) = rest.split_at_mut(ow);
             for yy in 0..hu {
