@@ -117,14 +117,23 @@ impl CudaExecutable {
         } else {
             dev.load_generated(&src, &names)?
         };
-        let mut steps = Vec::with_capacity(program.steps.len());
+        let mut steps: Vec<Vec<Launch>> = Vec::with_capacity(program.steps.len());
         let mut scratch_need = 0u64;
         for (i, s) in program.steps.iter().enumerate() {
+            if steps.len() > i {
+                continue; // folded into an earlier step's launch
+            }
             let planner = Planner {
                 dev: &dev,
                 ew: &ew,
                 step: i,
             };
+            // A group of steps in one launch: the first step holds it, the others none.
+            if let Some((n, p)) = planner.rope_cache(&program.steps[i..]) {
+                steps.push(p.launches);
+                steps.extend((1..n).map(|_| Vec::new()));
+                continue;
+            }
             let p = planner.plan(s).map_err(|message| RuntimeError::Step {
                 step: i,
                 origin: s.origin.clone(),

@@ -291,8 +291,22 @@ extern "C" __global__ void k_attn_combine(const float* part, int nsplit, TD out)
 // Partials (m, l, acc[D]) per split as k_attn's, merged by k_attn_combine; q is pre-scaled.
 #define DMAXG 8
 #define DEC_MAXD 128
+// k_attn_dec's prefetch: the block's K and V rows into L2 (16-bit caches with contiguous
+// rows; up to 64 KB each), while the previous kernel (the cache write) finishes. Address
+// arithmetic on the parameters only.
+__device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len) {
+  if (threadIdx.x != 0 || !is16_dt(t.dt) || t.st[3] != 1 || t.st[2] != t.sh[3]) return;
+  i64 kh = blockIdx.y % t.sh[1], b = blockIdx.y / t.sh[1];
+  i64 t0 = blockIdx.x * split_len, t1 = min(t.sh[2], t0 + split_len);
+  if (t1 <= t0) return;
+  const unsigned short* p = (const unsigned short*)t.ptr + b * t.st[0] + kh * t.st[1] + t0 * t.st[2];
+  prefetch_l2(p, min((u64)((t1 - t0) * t.st[2] * 2), (u64)65536));
+}
+
 extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, TD mask, int has_mask, float scale,
                                                              int group, i64 split_len, int nsplit, float* part) {
+  prefetch_l2_attn_rows(k, split_len);
+  prefetch_l2_attn_rows(v, split_len);
   pdl_enter();
   __shared__ float qs[DMAXG][DEC_MAXD];
   __shared__ float ps[DMAXG][32];

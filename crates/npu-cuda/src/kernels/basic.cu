@@ -36,42 +36,93 @@ extern "C" __global__ void k_embedding(TD table, TD ids, TD out, i64 nids, int* 
   }
 }
 
+// Element e of src (in src's row-major order) goes to dest[.., index[i], ..] along `axis`:
+// its src and dest offsets, or false when its index is out of range.
+__device__ __forceinline__ bool index_copy_at(const TD& index, const TD& src, const TD& dest, int axis, i64 e,
+                                              i64* so, i64* dof) {
+  i64 lin = e;
+  bool ok = true;
+  *so = 0;
+  *dof = 0;
+  for (int d = src.rank - 1; d >= 0; --d) {
+    i64 ix = lin % src.sh[d];
+    lin /= src.sh[d];
+    *so += ix * src.st[d];
+    i64 di = ix;
+    if (d == axis) {
+      di = ldi_dt(index.ptr, index.dt, offset_of(index, ix));
+      if (di < 0 || di >= dest.sh[d]) ok = false;
+    }
+    *dof += di * dest.st[d];
+  }
+  return ok;
+}
+
+__device__ __forceinline__ void index_copy_elem(const TD& index, const TD& src, const TD& dest, int axis, i64 e,
+                                                int* err, int step) {
+  i64 so, dof;
+  if (!index_copy_at(index, src, dest, axis, e, &so, &dof)) {
+    report(err, step);
+    return;
+  }
+  if (!is_float_dt(src.dt) && !is_float_dt(dest.dt)) sti_dt(dest.ptr, dest.dt, dof, ldi_dt(src.ptr, src.dt, so));
+  else st(dest, dof, ld(src, so));
+}
+
 // dest[.., index[i], ..] = src[.., i, ..] along `axis`.
 extern "C" __global__ void k_index_copy(TD index, TD src, TD dest, int axis, i64 n, int* err, int step) {
   pdl_enter();
-  bool ints = !is_float_dt(src.dt) && !is_float_dt(dest.dt);
-  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
-    i64 lin = e, so = 0, dof = 0;
-    bool ok = true;
-    for (int d = src.rank - 1; d >= 0; --d) {
-      i64 ix = lin % src.sh[d];
-      lin /= src.sh[d];
-      so += ix * src.st[d];
-      i64 di = ix;
-      if (d == axis) {
-        di = ldi_dt(index.ptr, index.dt, offset_of(index, ix));
-        if (di < 0 || di >= dest.sh[d]) ok = false;
-      }
-      dof += di * dest.st[d];
-    }
-    if (!ok) { report(err, step); continue; }
-    if (ints) sti_dt(dest.ptr, dest.dt, dof, ldi_dt(src.ptr, src.dt, so));
-    else st(dest, dof, ld(src, so));
-  }
+  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x)
+    index_copy_elem(index, src, dest, axis, e, err, step);
+}
+
+// Element e of rotate-half RoPE, x * cos + rotate_half(x) * sin, stored at out's element e;
+// returns the stored (rounded) value.
+__device__ __forceinline__ float rope_elem(const TD& x, const TD& c, const TD& s, const TD& out, i64 e) {
+  int r = x.rank;
+  i64 d = x.sh[r - 1], h = d / 2;
+  i64 row = e / d, i = e % d;
+  i64 xo = offset_lead(x, r - 1, row);
+  float xv = ld(x, xo + i * x.st[r - 1]);
+  float rot = i < h ? -ld(x, xo + (i + h) * x.st[r - 1]) : ld(x, xo + (i - h) * x.st[r - 1]);
+  float cv = ld(c, offset_lead(c, r - 1, row) + i * c.st[r - 1]);
+  float sv = ld(s, offset_lead(s, r - 1, row) + i * s.st[r - 1]);
+  float v = round_dt(out.dt, xv * cv + rot * sv);
+  st(out, offset_lead(out, r - 1, row) + i * out.st[r - 1], v);
+  return v;
 }
 
 extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
   pdl_enter();
-  int r = x.rank;
-  i64 d = x.sh[r - 1], h = d / 2;
-  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
-    i64 row = e / d, i = e % d;
-    i64 xo = offset_lead(x, r - 1, row);
-    float xv = ld(x, xo + i * x.st[r - 1]);
-    float rot = i < h ? -ld(x, xo + (i + h) * x.st[r - 1]) : ld(x, xo + (i - h) * x.st[r - 1]);
-    float cv = ld(c, offset_lead(c, r - 1, row) + i * c.st[r - 1]);
-    float sv = ld(s, offset_lead(s, r - 1, row) + i * s.st[r - 1]);
-    st(out, offset_lead(out, r - 1, row) + i * out.st[r - 1], xv * cv + rot * sv);
+  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x)
+    rope_elem(x, c, s, out, e);
+}
+
+// One attention layer's RoPE and KV-cache steps in one launch (plan/rope_cache.rs picks the
+// steps and states when this equals running them in order):
+//   part 0, n0 elements: out0 = rope(x0, c0, s0)                    (the queries)
+//   part 1, n1 elements: out1 = rope(x1, c1, s1) and, if scatter1,
+//                        dest1[.., idx1[i], ..] = out1[.., i, ..]     (the keys, into the cache)
+//   part 2, n2 elements: dest2[.., idx2[i], ..] = src2[.., i, ..]    (the values, into the cache)
+// The cache gets the rounded value out1 holds, as an index_copy reading out1 back would. An
+// index out of range reports step1 (the keys' index_copy) or step2 (the values').
+extern "C" __global__ void k_rope_cache(TD x0, TD c0, TD s0, TD out0, i64 n0, TD x1, TD c1, TD s1, TD out1, i64 n1,
+                                        int scatter1, TD idx1, TD dest1, int axis1, TD idx2, TD src2, TD dest2,
+                                        int axis2, i64 n2, int* err, int step1, int step2) {
+  pdl_enter();
+  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n0 + n1 + n2; e += (i64)gridDim.x * blockDim.x) {
+    if (e < n0) {
+      rope_elem(x0, c0, s0, out0, e);
+    } else if (e < n0 + n1) {
+      i64 k = e - n0;
+      float v = rope_elem(x1, c1, s1, out1, k);
+      i64 so, dof;
+      if (!scatter1) continue;
+      if (index_copy_at(idx1, out1, dest1, axis1, k, &so, &dof)) st(dest1, dof, v);
+      else report(err, step1);
+    } else {
+      index_copy_elem(idx2, src2, dest2, axis2, e - n0 - n1, err, step2);
+    }
   }
 }
 

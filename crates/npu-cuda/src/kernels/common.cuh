@@ -30,12 +30,25 @@ struct TD {
 // visible, and only then lets the next grid's blocks be scheduled. With the launches made
 // programmatic (device.rs, `Device::pdl`), a kernel's launch and block ramp overlap the previous
 // kernel's tail instead of following it; without the attribute both instructions are no-ops.
-// The wait comes first, before any global memory access, so no kernel reads or writes memory
-// that the one before it is still using.
+// The wait comes before any global memory access (L2 prefetches aside, below), so no kernel
+// reads or writes memory that the one before it is still using.
 __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Before pdl_enter() a kernel may only prefetch into L2: statements calling prefetch_l2* (the
+// device unit test checks this). While the previous grid runs, a kernel's blocks can already
+// be resident, and fetching the weights they will stream overlaps its tail. L2 is where every
+// SM's writes meet, so a line prefetched while the previous grid still writes it stays
+// coherent (no value reaches the SM before the wait). `p` 16-byte aligned, `bytes` a multiple
+// of 16 (a no-op below sm_90 or for 0 bytes).
+__device__ __forceinline__ void prefetch_l2(const void* p, u64 bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (bytes > 0 && (((u64)p) & 15) == 0 && (bytes & 15) == 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes));
 #endif
 }
 

@@ -180,9 +180,23 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
     if (v0 + 32 * u < nv) w[u] = __ldg(row + v0 + 32 * u);
 }
 
+// k_gemv16's prefetch: warp w's lane 0 fetches the first GV_PREFETCH_ROW bytes of its first
+// column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
+// wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
+#define GV_PREFETCH_ROW 4096
+__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
+  if ((threadIdx.x & 31) != 0 || n >= N) return;
+  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
+  prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
+}
+
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
                                                            float beta, int act, TD out, TD nw, int has_norm,
                                                            float eps) {
+  prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;

@@ -12,6 +12,7 @@ mod gather;
 mod gemm;
 mod pointwise;
 mod pool;
+mod rope_cache;
 mod rows;
 
 use crate::device::{Device, Func};
