@@ -114,6 +114,9 @@ pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         case(rng, [1, 4, 4, 1, 77, 64], BF16, false, false, 0, false),
         stale_decode_case(rng, [1, 12, 2, 700, 128], BF16),
         stale_decode_case(rng, [1, 8, 8, 100, 64], F16),
+        // longer contexts: more splits per KV head, every block's range of stale slots
+        stale_decode_case(rng, [1, 12, 2, 8500, 128], BF16),
+        stale_decode_case(rng, [1, 4, 1, 8200, 64], F16),
         // small shapes with a strided q
         case(rng, [2, 4, 2, 3, 9, 16], F32, false, false, 0, true),
         case(rng, [1, 6, 2, 7, 7, 8], F32, false, true, 0, true),
