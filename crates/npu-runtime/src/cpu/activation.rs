@@ -7,29 +7,57 @@
 //! Chebyshev fit, so the negative tail keeps its relative accuracy); NaN and infinities as the
 //! table gives them.
 
+use super::simd::multiversion;
 use npu_ir::UnaryOp;
 use npu_program::expr::relu;
 use std::f32::consts::FRAC_1_SQRT_2;
 
-/// `u` over `v` in place.
-pub fn apply(u: UnaryOp, v: &mut [f32]) {
-    match u {
-        UnaryOp::Relu => v.iter_mut().for_each(|x| *x = relu(*x)),
-        UnaryOp::Silu => v.iter_mut().for_each(|x| *x /= 1.0 + fast_exp(-*x)),
-        UnaryOp::Sigmoid => v.iter_mut().for_each(|x| *x = 1.0 / (1.0 + fast_exp(-*x))),
-        UnaryOp::Exp => v.iter_mut().for_each(|x| *x = fast_exp(*x)),
-        UnaryOp::Gelu => v.iter_mut().for_each(|x| *x = gelu(*x)),
-        _ => u.eval_block(v, []),
+multiversion! {
+    /// `u` over `v` in place, vectorized at the CPU's widest level (plain loops: a closure
+    /// passed to `for_each` is compiled apart, at the baseline level).
+    pub fn apply(u: UnaryOp, v: &mut [f32]) {
+        match u {
+            UnaryOp::Relu => {
+                for x in v.iter_mut() {
+                    *x = relu(*x);
+                }
+            }
+            UnaryOp::Silu => {
+                for x in v.iter_mut() {
+                    *x /= 1.0 + fast_exp(-*x);
+                }
+            }
+            UnaryOp::Sigmoid => {
+                for x in v.iter_mut() {
+                    *x = 1.0 / (1.0 + fast_exp(-*x));
+                }
+            }
+            UnaryOp::Exp => {
+                for x in v.iter_mut() {
+                    *x = fast_exp(*x);
+                }
+            }
+            UnaryOp::Gelu => {
+                for x in v.iter_mut() {
+                    *x = gelu(*x);
+                }
+            }
+            _ => u.eval_block(v, []),
+        }
     }
 }
 
-/// `act(v + bias)` over `v` in place (a convolution's or GEMM's per-row epilogue).
-pub fn bias_act(v: &mut [f32], bias: f32, act: Option<UnaryOp>) {
-    if bias != 0.0 {
-        v.iter_mut().for_each(|x| *x += bias);
-    }
-    if let Some(a) = act {
-        apply(a, v);
+multiversion! {
+    /// `act(v + bias)` over `v` in place (a convolution's or GEMM's per-row epilogue).
+    pub fn bias_act(v: &mut [f32], bias: f32, act: Option<UnaryOp>) {
+        if bias != 0.0 {
+            for x in v.iter_mut() {
+                *x += bias;
+            }
+        }
+        if let Some(a) = act {
+            apply(a, v);
+        }
     }
 }
 
