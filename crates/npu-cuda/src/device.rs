@@ -23,6 +23,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_layer_norm",
     "k_reduce",
     "k_pool2d",
+    "k_max_pool3_16",
     "k_adaptive_avg_pool2d",
     "k_adaptive_avg_pool2d_warp",
     "k_clear_err",

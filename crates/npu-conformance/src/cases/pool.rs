@@ -50,6 +50,20 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
         .special_input(rng, &[1, 4, 11, 13], F32, 5)
         .output(&[1, 4, 6, 7], F32),
     );
+    // 16-bit 3x3 windows take CUDA's k_max_pool3_16
+    v.push(
+        Case::new(
+            "maxpool bf16 k3 s2 p1 over NaN and infinities",
+            pool(PoolKind::Max, 3, 2, 1),
+        )
+        .special_input(rng, &[2, 3, 11, 13], BF16, 5)
+        .output(&[2, 3, 6, 7], BF16),
+    );
+    v.push(
+        Case::new("maxpool f16 k3 s1 p1", pool(PoolKind::Max, 3, 1, 1))
+            .input(rng, &[1, 5, 9, 10], F16)
+            .output(&[1, 5, 9, 10], F16),
+    );
     v.push(
         Case::new(
             "maxpool f32 k3 s1 p1 dilation 2",

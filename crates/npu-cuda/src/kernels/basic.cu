@@ -251,6 +251,45 @@ extern "C" __global__ void k_reduce(TD x, int reduced, int mean, TD out) {
   if (threadIdx.x == 0) st(out, offset_of(out, row), mean ? s / (float)(n > 0 ? n : 1) : s);
 }
 
+// Max pooling with a 3x3 window, dilation 1, 16-bit x and out of one dtype, fewer than 2^31
+// outputs (the ResNet stem's pooling; k_pool2d's 64-bit index math and loads behind ld()'s
+// dtype switch ran at a fifteenth of the copy bandwidth at batch 64): 32-bit index math, the
+// nine raw loads in flight together, out-of-range taps left out. NaN propagates as in
+// k_pool2d (and ATen).
+extern "C" __global__ void k_max_pool3_16(TD x, TD out, int sh, int sw, int ph, int pw) {
+  pdl_enter();
+  unsigned C = (unsigned)out.sh[1], OH = (unsigned)out.sh[2], OW = (unsigned)out.sh[3];
+  int H = (int)x.sh[2], W = (int)x.sh[3];
+  unsigned total = (unsigned)out.sh[0] * C * OH * OW;
+  const unsigned short* xp = (const unsigned short*)x.ptr;
+  unsigned short* op = (unsigned short*)out.ptr;
+  for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+    unsigned ox = e % OW, t = e / OW, oy = t % OH, nc = t / OH, c = nc % C, n = nc / C;
+    i64 xb = n * x.st[0] + c * x.st[1];
+    int hs = (int)oy * sh - ph, ws = (int)ox * sw - pw;
+    unsigned short raw[9];
+    bool in[9];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+#pragma unroll
+      for (int j = 0; j < 3; ++j) {
+        int yy = hs + i, xx = ws + j;
+        in[i * 3 + j] = yy >= 0 && yy < H && xx >= 0 && xx < W;
+        int yc = min(max(yy, 0), H - 1), xc = min(max(xx, 0), W - 1);
+        raw[i * 3 + j] = xp[xb + yc * x.st[2] + xc * x.st[3]];
+      }
+    }
+    float m = -NPU_INF;
+#pragma unroll
+    for (int q = 0; q < 9; ++q) {
+      float v = h16_to_f32(raw[q], x.dt);
+      if (in[q] && (v > m || v != v)) m = v;
+    }
+    op[n * out.st[0] + c * out.st[1] + oy * out.st[2] + ox * out.st[3]] =
+        x.dt == DT_BF16 ? f32_to_bf16(m) : f32_to_f16(m);
+  }
+}
+
 // kind 0 = max, 1 = avg. p = {kh, kw, sh, sw, ph, pw, dh, dw, count_include_pad, divisor (0 = none)}.
 extern "C" __global__ void k_pool2d(TD x, TD out, int kind, int kh, int kw, int sh, int sw, int ph,
                                     int pw, int dh, int dw, int cip, int divisor) {
