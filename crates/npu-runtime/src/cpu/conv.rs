@@ -1,11 +1,13 @@
 //! NCHW 2-D convolution (groups, stride, padding, dilation, bias, fused activation) as
 //! im2col + GEMM; a 1x1/stride-1/no-padding conv over f32 reads the input directly; narrow
-//! groups (depthwise) go to `conv_grouped`.
+//! groups (depthwise) go to `conv_grouped`, 3x3 stride-1 ones with filters transformed at
+//! prepare to `winograd`.
 
 use super::activation::bias_act;
 use super::conv_grouped;
 use super::gemm::{epilogue, matmul, Epilogue, Mat};
 use super::view::{with_scratch, SendPtr, View};
+use super::winograd;
 use npu_ir::UnaryOp;
 use npu_program::program::ConvDims;
 use rayon::prelude::*;
@@ -21,12 +23,14 @@ pub struct ConvParams {
     pub act: Option<UnaryOp>,
 }
 
+/// `filters`: the weight transformed at prepare for [`winograd`], when the step takes it.
 pub fn conv2d(
     p: &ConvParams,
     x: &View,
     w: &View,
     bias: Option<&View>,
     out: &View,
+    filters: Option<&winograd::Filters>,
 ) -> Result<(), String> {
     let epi = Epilogue {
         beta: 1.0,
@@ -43,6 +47,10 @@ pub fn conv2d(
         p.dilation,
         p.groups,
     )?;
+    if let Some(f) = filters.filter(|_| winograd::suits(p, &dims)) {
+        winograd::conv(p, &dims, x, f, bias, out);
+        return Ok(());
+    }
     if conv_grouped::is_direct(&dims) {
         conv_grouped::conv_grouped(p, &dims, x, w, bias, out);
         return Ok(());

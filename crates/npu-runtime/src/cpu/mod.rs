@@ -20,6 +20,7 @@ pub(crate) mod rope;
 pub(crate) mod simd;
 pub(crate) mod softmax;
 pub mod view;
+pub(crate) mod winograd;
 
 use crate::backend::{
     check_shared_state, check_state_write, downcast_state, match_input, missing_state, Backend,
@@ -166,6 +167,8 @@ pub struct CpuExecutable {
     /// For each output, the input whose buffer it is.
     donates: Vec<Option<usize>>,
     weights: Vec<Arc<Buf>>,
+    /// Per step: a convolution's filters transformed for `winograd`, when it takes that path.
+    filters: Vec<Option<Arc<winograd::Filters>>>,
     consts: Vec<Buf>,
     arena: Buf,
     /// Base pointers of the input slots for the current run (reused, no allocation).
@@ -237,6 +240,7 @@ impl CpuExecutable {
             })
         })?;
         layout::transpose_linear_weights(&mut program, &mut weights);
+        let filters = winograd::prepare(&program, &weights);
         let consts = program
             .constants
             .iter()
@@ -253,6 +257,7 @@ impl CpuExecutable {
             outputs,
             donates,
             weights,
+            filters,
             consts,
             arena,
             input_ptrs: vec![0; n_in],
@@ -403,11 +408,14 @@ impl CpuExecutable {
                 });
             }
             let started = self.step_ms.is_on().then(std::time::Instant::now);
-            run_kernel(&step.kernel, &ins, &outs).map_err(|message| RuntimeError::Step {
-                step: si,
-                origin: step.origin.clone(),
-                kernel: step.kernel.kind(),
-                message,
+            let filters = self.filters[si].as_deref();
+            run_kernel(&step.kernel, &ins, &outs, filters).map_err(|message| {
+                RuntimeError::Step {
+                    step: si,
+                    origin: step.origin.clone(),
+                    kernel: step.kernel.kind(),
+                    message,
+                }
             })?;
             if let Some(t) = started {
                 self.step_ms.add(si, t.elapsed().as_secs_f64() * 1e3);
@@ -421,12 +429,18 @@ impl CpuExecutable {
 /// ([`Kernel::check`]): the entry for callers that did not come through a validated program.
 pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String> {
     kernel.check(ins, outs)?;
-    run_kernel(kernel, ins, outs)
+    run_kernel(kernel, ins, outs, None)
 }
 
 /// Runs one kernel over views that satisfy its contract: a validated program's steps (prepare
-/// checked every binding against its buffer), or [`exec_step`] after its check.
-fn run_kernel(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String> {
+/// checked every binding against its buffer), or [`exec_step`] after its check. `filters`:
+/// the step's convolution filters transformed at prepare ([`winograd::prepare`]).
+fn run_kernel(
+    kernel: &Kernel,
+    ins: &[View],
+    outs: &[View],
+    filters: Option<&winograd::Filters>,
+) -> Result<(), String> {
     match kernel {
         Kernel::Gemm {
             alpha,
@@ -474,7 +488,7 @@ fn run_kernel(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String
                 groups: *groups,
                 act: *act,
             };
-            conv::conv2d(&p, &ins[0], &ins[1], ins.get(2), &outs[0])
+            conv::conv2d(&p, &ins[0], &ins[1], ins.get(2), &outs[0], filters)
         }
         Kernel::Pool2d {
             kind,
