@@ -6,7 +6,7 @@
 
 use crate::launch::dtype_code;
 use npu_ir::pointwise::cuda_f32;
-use npu_ir::{DType, TernaryOp, UnaryOp};
+use npu_ir::{TernaryOp, UnaryOp};
 use npu_program::expr::{Expr, Instr};
 use npu_program::program::Binding;
 use std::fmt::Write;
@@ -43,42 +43,6 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
         .chain(["TD out".to_string(), "i64 n".to_string()])
         .collect();
     let _ = writeln!(body, "({}) {{\n  pdl_enter();", params.join(", "));
-    // Dense f32/16-bit operands, whole groups of eight: one or two 16-byte accesses per
-    // operand and thread instead of eight 2-byte ones (ResNet-50 b64's residual adds ran at
-    // 40% of the copy bandwidth), when every pointer is 16-byte aligned at run time.
-    let wide = |b: &Binding| matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16);
-    if dense && rank > 0 && out.numel().is_multiple_of(8) && inputs.iter().chain([out]).all(wide) {
-        let ptrs: Vec<String> = (0..n_in)
-            .map(|i| format!("i{i}.ptr"))
-            .chain(["out.ptr".to_string()])
-            .collect();
-        let _ = writeln!(body, "  if ((({}) & 15) == 0) {{", ptrs.join(" | "));
-        let _ = writeln!(
-            body,
-            "    for (i64 v = blockIdx.x * (i64)blockDim.x + threadIdx.x; v < n / 8; v += (i64)gridDim.x * blockDim.x) {{"
-        );
-        for (i, b) in inputs.iter().enumerate() {
-            let _ = writeln!(
-                body,
-                "      float x{i}[8]; ld8(i{i}.ptr, {}, v, x{i});",
-                dtype_code(b.dtype)
-            );
-        }
-        let _ = writeln!(
-            body,
-            "      float r[8];\n#pragma unroll\n      for (int u = 0; u < 8; ++u) {{"
-        );
-        for i in 0..n_in {
-            let _ = writeln!(body, "    float a{i} = x{i}[u];");
-        }
-        let result = expression(expr, &mut body);
-        let _ = writeln!(body, "        r[u] = {result};\n      }}");
-        let _ = writeln!(
-            body,
-            "      st8(out.ptr, {}, v, r);\n    }}\n    return;\n  }}",
-            dtype_code(out.dtype)
-        );
-    }
     let _ = writeln!(
         body,
         "  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {{"
@@ -130,20 +94,6 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
             dtype_code(b.dtype)
         );
     }
-    let result = expression(expr, &mut body);
-    let _ = writeln!(
-        body,
-        "    st_dt(out.ptr, {}, oo, {result});",
-        dtype_code(out.dtype)
-    );
-    let _ = writeln!(body, "  }}\n}}");
-    let name = format!("ew_{:016x}", crate::nvrtc::fnv1a(body.as_bytes()));
-    (format!("extern \"C\" __global__ void {name}{body}"), name)
-}
-
-/// Emits `expr`'s statements over the loaded operands `a0, a1, ..` (one `float t<k>` per
-/// op) and returns the C expression of its result.
-fn expression(expr: &Expr, body: &mut String) -> String {
     let mut stack: Vec<String> = Vec::new();
     let mut tmp = 0usize;
     let mut push = |body: &mut String, stack: &mut Vec<String>, e: String| {
@@ -157,36 +107,44 @@ fn expression(expr: &Expr, body: &mut String) -> String {
             Instr::Const(c) => stack.push(format!("__int_as_float({})", c.to_bits() as i32)),
             Instr::Unary(u) => {
                 let x = stack.pop().unwrap_or_else(|| "0.0f".into());
-                push(body, &mut stack, u.cuda([&x]));
+                push(&mut body, &mut stack, u.cuda([&x]));
             }
             Instr::Binary(op) => {
                 let y = stack.pop().unwrap_or_else(|| "0.0f".into());
                 let x = stack.pop().unwrap_or_else(|| "0.0f".into());
-                push(body, &mut stack, op.cuda([&x, &y]));
+                push(&mut body, &mut stack, op.cuda([&x, &y]));
             }
             Instr::Ternary(op) => {
                 let z = stack.pop().unwrap_or_else(|| "0.0f".into());
                 let y = stack.pop().unwrap_or_else(|| "0.0f".into());
                 let x = stack.pop().unwrap_or_else(|| "0.0f".into());
-                push(body, &mut stack, op.cuda([&x, &y, &z]));
+                push(&mut body, &mut stack, op.cuda([&x, &y, &z]));
             }
             Instr::Clamp { min, max } => {
                 let x = stack.pop().unwrap_or_else(|| "0.0f".into());
                 let lo = cuda_f32(min.map_or(f64::NEG_INFINITY, f64::from));
                 let hi = cuda_f32(max.map_or(f64::INFINITY, f64::from));
-                push(body, &mut stack, TernaryOp::Clamp.cuda([&x, &lo, &hi]));
+                push(&mut body, &mut stack, TernaryOp::Clamp.cuda([&x, &lo, &hi]));
             }
             Instr::Cast(dt) => {
                 let x = stack.pop().unwrap_or_else(|| "0.0f".into());
                 push(
-                    body,
+                    &mut body,
                     &mut stack,
                     format!("round_dt({}, {x})", dtype_code(*dt)),
                 );
             }
         }
     }
-    stack.pop().unwrap_or_else(|| "0.0f".into())
+    let result = stack.pop().unwrap_or_else(|| "0.0f".into());
+    let _ = writeln!(
+        body,
+        "    st_dt(out.ptr, {}, oo, {result});",
+        dtype_code(out.dtype)
+    );
+    let _ = writeln!(body, "  }}\n}}");
+    let name = format!("ew_{:016x}", crate::nvrtc::fnv1a(body.as_bytes()));
+    (format!("extern \"C\" __global__ void {name}{body}"), name)
 }
 
 #[cfg(test)]

@@ -128,44 +128,6 @@ __device__ __forceinline__ void sti_dt(u64 p, int dt, i64 off, i64 v) {
 }
 __device__ __forceinline__ bool is_float_dt(int dt) { return dt <= DT_F64; }
 
-__device__ __forceinline__ void unpack8(uint4 u, int dt, float* f) {
-  unsigned int w[4] = {u.x, u.y, u.z, u.w};
-  // unrolled: a runtime index would put w (and the caller's f) in local memory
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
-    f[2 * i] = h16_to_f32(lo, dt);
-    f[2 * i + 1] = h16_to_f32(hi, dt);
-  }
-}
-
-// Eight consecutive elements v * 8 .. v * 8 + 7 of a 16-byte aligned f32 or 16-bit buffer
-// (one or two 16-byte accesses; dt is a constant in generated kernels, so the branch folds).
-__device__ __forceinline__ void ld8(u64 p, int dt, i64 v, float* f) {
-  if (dt == DT_F32) {
-    float4 a = ((const float4*)p)[2 * v], b = ((const float4*)p)[2 * v + 1];
-    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
-    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-  } else {
-    unpack8(((const uint4*)p)[v], dt, f);
-  }
-}
-__device__ __forceinline__ void st8(u64 p, int dt, i64 v, const float* f) {
-  if (dt == DT_F32) {
-    ((float4*)p)[2 * v] = make_float4(f[0], f[1], f[2], f[3]);
-    ((float4*)p)[2 * v + 1] = make_float4(f[4], f[5], f[6], f[7]);
-  } else {
-    unsigned int w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      unsigned int lo = dt == DT_BF16 ? f32_to_bf16(f[2 * i]) : f32_to_f16(f[2 * i]);
-      unsigned int hi = dt == DT_BF16 ? f32_to_bf16(f[2 * i + 1]) : f32_to_f16(f[2 * i + 1]);
-      w[i] = lo | (hi << 16);
-    }
-    ((uint4*)p)[v] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-}
-
 // Rounds v to what dtype dt can hold (f32 math, store semantics).
 __device__ __forceinline__ float round_dt(int dt, float v) {
   switch (dt) {
