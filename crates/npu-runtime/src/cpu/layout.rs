@@ -8,6 +8,7 @@
 //! (`gemm::gemv_kernel`; the gemm crate is no faster there).
 
 use super::Buf;
+use crate::error::Result;
 use npu_ir::DType;
 use npu_program::program::{Binding, Kernel, Slot};
 use npu_program::Program;
@@ -37,7 +38,10 @@ fn transposed_use(program: &Program, b: &Binding, out_rows: usize) -> Option<[us
 /// Rewrites `program`'s GEMMs to read row-major copies of their transposed f32 weights and
 /// puts the copies in `weights` (the slot keeps its index; its old buffer stays with whoever
 /// else shares it). A weight any other step reads, or a GEMM reads otherwise, is left as is.
-pub(crate) fn transpose_linear_weights(program: &mut Program, weights: &mut [Arc<Buf>]) {
+pub(crate) fn transpose_linear_weights(
+    program: &mut Program,
+    weights: &mut [Arc<Buf>],
+) -> Result<()> {
     // weight slot -> [K, N], or None once a use does not fit
     let mut plan: HashMap<u32, Option<[usize; 2]>> = HashMap::new();
     for step in &program.steps {
@@ -63,7 +67,8 @@ pub(crate) fn transpose_linear_weights(program: &mut Program, weights: &mut [Arc
     for (&w, kn) in &plan {
         let Some([k, n]) = *kn else { continue };
         let src = weights[w as usize].bytes();
-        let mut t = Buf::zeros(k * n * 4);
+        let what = format!("weight '{}' transposed", program.weights[w as usize].name);
+        let mut t = Buf::try_zeros(k * n * 4, &what)?;
         let dst = t.bytes_mut();
         // src is [N, K] row-major: element (j, kk) -> dst (kk, j)
         for j in 0..n {
@@ -87,6 +92,7 @@ pub(crate) fn transpose_linear_weights(program: &mut Program, weights: &mut [Arc
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -239,7 +239,7 @@ impl CpuExecutable {
                 }
             })
         })?;
-        layout::transpose_linear_weights(&mut program, &mut weights);
+        layout::transpose_linear_weights(&mut program, &mut weights)?;
         let filters = winograd::prepare(&program, &weights);
         let consts = program
             .constants
