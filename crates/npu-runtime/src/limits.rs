@@ -122,8 +122,34 @@ pub fn try_zeroed<T: Clone + Default>(len: usize, what: &str) -> Result<Vec<T>> 
             bytes,
             limit: memory_limit(),
         })?;
+    advise_huge_pages(v.as_ptr() as *const u8, len * std::mem::size_of::<T>());
     v.resize(len, T::default());
     Ok(v)
+}
+
+/// Asks the kernel to back `[ptr, ptr + len)` with transparent huge pages where the system
+/// leaves that to the program (`/sys/kernel/mm/transparent_hugepage/enabled` = madvise),
+/// before its first touch. Weights are streamed whole for every token: with 4 KB pages the
+/// TLB misses cost the Qwen2.5-1.5B decode 12% (153 -> 134 ms/token on the Xeon box, with
+/// glibc's own huge-page tunable as the experiment). Only the 2 MB-aligned part of a region of
+/// at least 4 MB is advised; a refusal is harmless (the pages stay 4 KB).
+pub fn advise_huge_pages(ptr: *const u8, len: usize) {
+    const HUGE: usize = 2 << 20;
+    if len < 2 * HUGE {
+        return;
+    }
+    let start = (ptr as usize).next_multiple_of(HUGE);
+    let end = (ptr as usize + len) / HUGE * HUGE;
+    #[cfg(target_os = "linux")]
+    if end > start {
+        // SAFETY: the range lies inside the caller's live allocation; MADV_HUGEPAGE changes
+        // how its pages are backed, never their contents.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, end);
 }
 
 #[cfg(test)]

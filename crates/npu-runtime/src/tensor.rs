@@ -32,11 +32,10 @@ impl HostTensor {
 
     pub fn zeros(dtype: DType, shape: Vec<usize>) -> HostTensor {
         let n = shape.iter().product::<usize>() * dtype.size_bytes();
-        HostTensor {
-            dtype,
-            shape,
-            data: vec![0; n],
-        }
+        // calloc'd: untouched until written, so the advice holds from the first touch
+        let data = vec![0; n];
+        crate::limits::advise_huge_pages(data.as_ptr(), n);
+        HostTensor { dtype, shape, data }
     }
 
     pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> HostTensor {
