@@ -72,6 +72,13 @@ fn mask_value(row: usize, col: usize, s: usize, t: usize, dead: usize) -> f32 {
 /// Decode (one query row) over a static cache whose masked slots hold NaN and infinities, as
 /// a cache slot not yet written may: a masked key's K and V must never reach the output.
 fn stale_decode_case(rng: &mut Rng, [b, h, kvh, t, d]: [usize; 5], dt: DType) -> Case {
+    stale_case(rng, [b, h, kvh, 1, t, d], dt)
+}
+
+/// `s` query rows sharing one mask row over a cache whose masked slots (the first two and all
+/// past the first third) hold NaN in K and infinity in V, as a static KV cache's unwritten
+/// slots may: they must not reach the output.
+fn stale_case(rng: &mut Rng, [b, h, kvh, s, t, d]: [usize; 6], dt: DType) -> Case {
     let kernel = Kernel::Attention {
         scale: 1.0 / (d as f32).sqrt(),
         causal: false,
@@ -91,14 +98,14 @@ fn stale_decode_case(rng: &mut Rng, [b, h, kvh, t, d]: [usize; 5], dt: DType) ->
     let (kv, vv) = (poisoned(rng, f32::NAN), poisoned(rng, f32::INFINITY));
     let mask: Vec<f32> = (0..t).map(|col| mask_value(0, col, 1, t, 0)).collect();
     Case::new(
-        format!("attention {dt} b{b} h{h}/{kvh} s1 t{t} d{d} mask, NaN/Inf in masked slots"),
+        format!("attention {dt} b{b} h{h}/{kvh} s{s} t{t} d{d} mask, NaN/Inf in masked slots"),
         kernel,
     )
-    .input(rng, &[b, h, 1, d], dt)
+    .input(rng, &[b, h, s, d], dt)
     .input_of(&[b, kvh, t, d], dt, &kv)
     .input_of(&[b, kvh, t, d], dt, &vv)
-    .view_of(&[1, 1, 1, t], dt, &mask, &[b, h, 1, t], &[0, 0, t, 1], 0)
-    .output(&[b, h, 1, d], dt)
+    .view_of(&[1, 1, 1, t], dt, &mask, &[b, h, s, t], &[0, 0, 0, 1], 0)
+    .output(&[b, h, s, d], dt)
 }
 
 pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
@@ -117,6 +124,8 @@ pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         // longer contexts: more splits per KV head, every block's range of stale slots
         stale_decode_case(rng, [1, 12, 2, 8500, 128], BF16),
         stale_decode_case(rng, [1, 4, 1, 8200, 64], F16),
+        // many query rows (the CPU's GEMM path) over the same kind of cache
+        stale_case(rng, [1, 6, 2, 20, 90, 32], F32),
         // small shapes with a strided q
         case(rng, [2, 4, 2, 3, 9, 16], F32, false, false, 0, true),
         case(rng, [1, 6, 2, 7, 7, 8], F32, false, true, 0, true),

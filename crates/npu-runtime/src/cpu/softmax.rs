@@ -1,26 +1,32 @@
 //! Softmax over the last dim with scale and optional additive mask, in f32.
 
 use super::activation::fast_exp;
+use super::simd::multiversion;
 use super::view::{offset_in, with_scratch, View};
 use rayon::prelude::*;
 
-/// In-place softmax of a row already scaled and masked. A row whose every entry is -inf
-/// (fully masked) becomes `all_masked`: NaN for `softmax`, as ATen's (exp(-inf - -inf)),
-/// zeros for attention, as ATen's scaled_dot_product_attention (its "safe softmax").
-pub fn softmax_row(row: &mut [f32], all_masked: f32) {
-    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if m == f32::NEG_INFINITY {
-        row.fill(all_masked);
-        return;
-    }
-    let mut sum = 0.0f32;
-    for x in row.iter_mut() {
-        *x = fast_exp(*x - m);
-        sum += *x;
-    }
-    let inv = 1.0 / sum;
-    for x in row.iter_mut() {
-        *x *= inv;
+multiversion! {
+    /// In-place softmax of a row already scaled and masked. A row whose every entry is -inf
+    /// (fully masked) becomes `all_masked`: NaN for `softmax`, as ATen's (exp(-inf - -inf)),
+    /// zeros for attention, as ATen's scaled_dot_product_attention (its "safe softmax").
+    pub fn softmax_row(row: &mut [f32], all_masked: f32) {
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if m == f32::NEG_INFINITY {
+            row.fill(all_masked);
+            return;
+        }
+        // exponentials first (a plain loop vectorizes), then their sum in order
+        for x in row.iter_mut() {
+            *x = fast_exp(*x - m);
+        }
+        let mut sum = 0.0f32;
+        for x in row.iter() {
+            sum += *x;
+        }
+        let inv = 1.0 / sum;
+        for x in row.iter_mut() {
+            *x *= inv;
+        }
     }
 }
 
