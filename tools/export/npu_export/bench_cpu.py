@@ -100,8 +100,9 @@ def _vision_net(model: str, d: Path) -> torch.nn.Module:
 
 
 def bench_vision(npu: str, work: Path, model: str, repeat: int) -> dict[str, Any]:
-    """A vision model at batch 1 in f32: ResNets from the export CLI, the depthwise CNNs of
-    ``gpu_bench.EXTRA_VISION`` (MobileNetV2, EfficientNet-B0 w0.75, a small ConvNeXt)."""
+    """A vision model at batch 1 in f32: ResNets from the export CLI, the models of
+    ``gpu_bench.EXTRA_VISION`` (MobileNetV2, EfficientNet-B0 w0.75, a small ConvNeXt, a
+    ViT-B/16-shaped transformer of 4 layers)."""
     from safetensors.torch import load_file
 
     from .gpu_bench import EXTRA_VISION, export_extra
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/cpu.json"))
     p.add_argument(
         "--models",
-        default="resnet18,resnet50,mobilenet_v2,efficientnet_b0_w0.75,convnext_small_config",
+        default="resnet18,resnet50,mobilenet_v2,efficientnet_b0_w0.75,convnext_small_config,vit_b16_small_config",
         help="comma-separated vision models (the export CLI's ResNets, gpu_bench.EXTRA_VISION)",
     )
     a = p.parse_args(argv)

@@ -55,6 +55,18 @@ def _convnext_small_config() -> torch.nn.Module:
     return ConvNeXt(cfg, stochastic_depth_prob=0.0)
 
 
+def _vit_b16_small_config() -> torch.nn.Module:
+    """ViT-B/16's shapes (224 px, 16 px patches, 768 wide, 12 heads, MLP 3072) at 4 layers of 12."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    net = VisionTransformer(
+        image_size=224, patch_size=16, num_layers=4, num_heads=12, hidden_dim=768, mlp_dim=3072
+    )
+    # torchvision zero-initializes the classifier, which would make every output 0
+    torch.nn.init.normal_(net.heads.head.weight, std=0.02)
+    return net
+
+
 def _mobilenet_v2() -> torch.nn.Module:
     import torchvision
 
@@ -66,6 +78,7 @@ EXTRA_VISION: dict[str, tuple[Any, tuple[int, ...]]] = {
     "mobilenet_v2": (_mobilenet_v2, (3, 224, 224)),
     "efficientnet_b0_w0.75": (_efficientnet_b0_075, (3, 128, 128)),
     "convnext_small_config": (_convnext_small_config, (3, 64, 64)),
+    "vit_b16_small_config": (_vit_b16_small_config, (3, 224, 224)),
 }
 
 
