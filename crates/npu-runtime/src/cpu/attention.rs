@@ -91,13 +91,13 @@ pub fn attention(
             );
         });
         let (k32, v32) = (&*k32, &*v32);
+        let rows = RowsOf {
+            ranges: &ranges,
+            pos: &pos,
+            mh,
+            s,
+        };
         if s >= GEMM_MIN_ROWS {
-            let rows = RowsOf {
-                ranges: &ranges,
-                pos: &pos,
-                mh,
-                s,
-            };
             by_gemm(scale, q, k32, v32, &needed, &rows, [b, h, kvh, t, d], out);
             return;
         }
@@ -105,8 +105,7 @@ pub fn attention(
         (0..b * h * s).into_par_iter().for_each(|row| {
             let (bi, hi, si) = (row / (h * s), (row / s) % h, row % s);
             let kh = hi / group;
-            let (lo, hi_end) = ranges[(bi * mh + if mh == 1 { 0 } else { hi }) * s + si];
-            let slots = &pos[lo..hi_end];
+            let slots = rows.of(bi, hi, si);
             with_scratch(1, 2 * d + slots.len(), |sc| {
                 let (qv, rest) = sc.split_at_mut(d);
                 let (acc, probs) = rest.split_at_mut(d);
@@ -146,6 +145,15 @@ struct RowsOf<'a> {
     pos: &'a [(u32, f32)],
     mh: usize,
     s: usize,
+}
+
+impl RowsOf<'_> {
+    /// The slots query row `si` of head `hi` in batch `bi` attends, ascending.
+    fn of(&self, bi: usize, hi: usize, si: usize) -> &[(u32, f32)] {
+        let head = if self.mh == 1 { 0 } else { hi };
+        let (lo, end) = self.ranges[(bi * self.mh + head) * self.s + si];
+        &self.pos[lo..end]
+    }
 }
 
 /// Phase 3 for many query rows, one task per (batch, head): the slots any row of the batch
@@ -195,56 +203,40 @@ fn by_gemm(
                 kc[i * d..(i + 1) * d].copy_from_slice(&k32[src..src + d]);
                 vc[i * d..(i + 1) * d].copy_from_slice(&v32[src..src + d]);
             }
-            let mat = |m: &[f32], rs: usize, cs: usize| Mat {
-                ptr: m.as_ptr(),
-                rs: rs as isize,
-                cs: cs as isize,
-            };
-            // SAFETY: every matrix lies in its scratch slice with the strides given.
-            unsafe {
-                matmul(
-                    s,
-                    nu,
-                    d,
-                    sm.as_mut_ptr(),
-                    nu as isize,
-                    1,
-                    mat(qm, d, 1),
-                    mat(kc, 1, d),
-                )
-            };
+            // dst [m, n] (dense) = a [m, k] (row stride k) x b [k, n] (strides bs)
+            let product =
+                |dst: &mut [f32], [m, n, k]: [usize; 3], a: &[f32], b: &[f32], bs: [usize; 2]| {
+                    let a = Mat {
+                        ptr: a.as_ptr(),
+                        rs: k as isize,
+                        cs: 1,
+                    };
+                    let b = Mat {
+                        ptr: b.as_ptr(),
+                        rs: bs[0] as isize,
+                        cs: bs[1] as isize,
+                    };
+                    // SAFETY: every matrix lies in its scratch slice with the strides given.
+                    unsafe { matmul(m, n, k, dst.as_mut_ptr(), n as isize, 1, a, b) };
+                };
+            product(sm, [s, nu, d], qm, kc, [1, d]);
             for si in 0..s {
-                let mr = (bi * rows.mh + if rows.mh == 1 { 0 } else { hi }) * s + si;
-                let (lo, end) = rows.ranges[mr];
+                let own = rows.of(bi, hi, si);
                 let row = &mut sm[si * nu..(si + 1) * nu];
                 // the row's own slots scaled and masked, every other slot -inf
-                for &(ti, mv) in &rows.pos[lo..end] {
+                for &(ti, mv) in own {
                     let i = index_of[ti as usize] as usize;
                     row[i] = row[i] * scale + mv;
                 }
-                let mut next = lo;
+                let mut next = own.iter().peekable();
                 for (i, x) in row.iter_mut().enumerate() {
-                    if next < end && rows.pos[next].0 as usize == u[i] {
-                        next += 1;
-                    } else {
+                    if next.next_if(|&&(ti, _)| ti as usize == u[i]).is_none() {
                         *x = f32::NEG_INFINITY;
                     }
                 }
                 softmax_row(row, 0.0);
             }
-            // SAFETY: as above.
-            unsafe {
-                matmul(
-                    s,
-                    d,
-                    nu,
-                    om.as_mut_ptr(),
-                    d as isize,
-                    1,
-                    mat(sm, nu, 1),
-                    mat(vc, d, 1),
-                )
-            };
+            product(om, [s, d, nu], sm, vc, [d, 1]);
             let ob = bi * out.strides[0] + hi * out.strides[1];
             for si in 0..s {
                 out.scatter(
