@@ -1,14 +1,10 @@
 //! Indexed reads and writes: embedding lookup and index_copy. The ids are data, so their range
 //! is checked on the device; a bad id sets the error word with this step's index.
 
-use super::{kl, Planner};
-use crate::launch::{grid_for, Arg, Launch, TdArg};
+use super::{kl, td, Planner};
+use crate::launch::{grid_for, Arg, Launch};
 use crate::loc::Loc;
 use npu_program::program::Binding;
-
-fn td(b: &Binding) -> Arg {
-    Arg::Td(TdArg::of(b))
-}
 
 impl Planner<'_> {
     pub(super) fn embedding(&self, table: &Binding, ids: &Binding, o: &Binding) -> Vec<Launch> {

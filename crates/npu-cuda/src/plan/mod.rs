@@ -16,7 +16,7 @@ mod rope_cache;
 mod rows;
 
 use crate::device::{Device, Func};
-use crate::launch::{unary_code, Arg, KernelLaunch, Launch};
+use crate::launch::{unary_code, Arg, KernelLaunch, Launch, TdArg};
 use crate::lt_call::LT_WORKSPACE;
 use conv::ConvP;
 use npu_program::program::{Binding, Kernel, Step};
@@ -59,6 +59,11 @@ fn kl(func: Func, grid: (u32, u32, u32), block: u32, smem: u32, args: Vec<Arg>) 
         smem,
         args,
     })
+}
+
+/// A binding as a kernel's tensor-descriptor argument.
+fn td(b: &Binding) -> Arg {
+    Arg::Td(TdArg::of(b))
 }
 
 /// (rows, last dim) of an operand of rank >= 1.

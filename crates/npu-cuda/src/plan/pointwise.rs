@@ -1,14 +1,10 @@
 //! One thread per element: fused elementwise expressions (generated and compiled at prepare
 //! time), RoPE, strided copies and fills.
 
-use super::{kl, Planner};
-use crate::launch::{grid_for, Arg, Launch, TdArg};
+use super::{kl, td, Planner};
+use crate::launch::{grid_for, Arg, Launch};
 use npu_program::expr::Expr;
 use npu_program::program::Binding;
-
-fn td(b: &Binding) -> Arg {
-    Arg::Td(TdArg::of(b))
-}
 
 impl Planner<'_> {
     pub(super) fn elementwise(

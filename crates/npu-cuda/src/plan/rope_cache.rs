@@ -8,14 +8,10 @@
 //! one edge the kernel carries in registers (the second RoPE's output read by the first
 //! index_copy, matched as the identical binding).
 
-use super::{kl, Planner, StepPlan};
-use crate::launch::{grid_for, Arg, Launch, TdArg};
+use super::{kl, td, Planner, StepPlan};
+use crate::launch::{grid_for, Arg, Launch};
 use crate::loc::Loc;
 use npu_program::program::{Binding, Kernel, Slot, Step};
-
-fn td(b: &Binding) -> Arg {
-    Arg::Td(TdArg::of(b))
-}
 
 /// Whether a and b may share bytes: the same slot's overlapping ranges, or an input and an
 /// output (an output may be donated an input's buffer; distinct inputs never share one).
@@ -111,10 +107,9 @@ impl Planner<'_> {
         let (q, k) = (g.q, g.k);
         let (nq, nk) = (q.outputs[0].numel(), k.outputs[0].numel());
         // Absent parts: bindings of the k step (never read: their element counts are 0).
-        let kw = g.k_write.unwrap_or(k);
-        let (k_idx, k_dest) = match g.k_write {
-            Some(s) => (&s.inputs[0], &s.outputs[0]),
-            None => (&k.inputs[0], &k.outputs[0]),
+        let (k_idx, k_dest, k_axis) = match g.k_write {
+            Some(s) => (&s.inputs[0], &s.outputs[0], axis(s)),
+            None => (&k.inputs[0], &k.outputs[0], 0),
         };
         let (v_idx, v_src, v_dest, nv) = match g.v_write {
             Some(s) => (
@@ -133,7 +128,7 @@ impl Planner<'_> {
             Arg::I32(i32::from(g.k_write.is_some())),
             td(k_idx),
             td(k_dest),
-            Arg::I32(axis(kw)),
+            Arg::I32(k_axis),
         ]);
         args.extend([td(v_idx), td(v_src), td(v_dest)]);
         args.push(Arg::I32(g.v_write.map_or(0, axis)));

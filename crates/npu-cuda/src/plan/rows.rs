@@ -1,13 +1,9 @@
 //! Row kernels over the last dim (one block per row): softmax, RMSNorm, LayerNorm, and the
 //! reduction of trailing dims.
 
-use super::{kl, rows_last, Planner};
+use super::{kl, rows_last, td, Planner};
 use crate::launch::{Arg, Launch, TdArg};
 use npu_program::program::{Binding, ReduceOp};
-
-fn td(b: &Binding) -> Arg {
-    Arg::Td(TdArg::of(b))
-}
 
 fn opt(b: Option<&Binding>) -> Arg {
     b.map_or(Arg::Td(TdArg::null()), td)
