@@ -9,7 +9,7 @@ use super::gemm::{epilogue, matmul, Epilogue, Mat};
 use super::view::{with_scratch, SendPtr, View};
 use super::winograd;
 use npu_ir::UnaryOp;
-use npu_program::program::ConvDims;
+use npu_program::program::{ConvDims, Kernel};
 use rayon::prelude::*;
 
 /// Output channels per weight conversion tile.
@@ -21,6 +21,29 @@ pub struct ConvParams {
     pub dilation: [usize; 2],
     pub groups: usize,
     pub act: Option<UnaryOp>,
+}
+
+impl ConvParams {
+    /// A `Kernel::Conv2d`'s parameters (None for any other kernel).
+    pub fn of(kernel: &Kernel) -> Option<ConvParams> {
+        let Kernel::Conv2d {
+            stride,
+            padding,
+            dilation,
+            groups,
+            act,
+        } = kernel
+        else {
+            return None;
+        };
+        Some(ConvParams {
+            stride: *stride,
+            padding: *padding,
+            dilation: *dilation,
+            groups: *groups,
+            act: *act,
+        })
+    }
 }
 
 /// `filters`: the weight transformed at prepare for [`winograd`], when the step takes it.

@@ -474,20 +474,8 @@ fn run_kernel(
                 _ => gemm::gemm_kernel(*alpha, &epi, a, b, bias, &outs[0]),
             }
         }
-        Kernel::Conv2d {
-            stride,
-            padding,
-            dilation,
-            groups,
-            act,
-        } => {
-            let p = conv::ConvParams {
-                stride: *stride,
-                padding: *padding,
-                dilation: *dilation,
-                groups: *groups,
-                act: *act,
-            };
+        Kernel::Conv2d { .. } => {
+            let p = conv::ConvParams::of(kernel).ok_or("not a convolution")?;
             conv::conv2d(&p, &ins[0], &ins[1], ins.get(2), &outs[0], filters)
         }
         Kernel::Pool2d {

@@ -7,15 +7,15 @@
 
 use std::sync::OnceLock;
 
-/// The instruction-set level a multiversioned function runs at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The instruction-set level a multiversioned function runs at, narrowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Level {
-    /// AVX-512 F/VL/BW/DQ with AVX2, FMA, F16C (x86-64-v4).
-    V4,
-    /// AVX2, FMA, F16C (x86-64-v3).
-    V3,
     /// Whatever the build targets.
     Base,
+    /// AVX2, FMA, F16C (x86-64-v3).
+    V3,
+    /// AVX-512 F/VL/BW/DQ with AVX2, FMA, F16C (x86-64-v4).
+    V4,
 }
 
 /// This CPU's level, detected once. `NPU_CPU_LEVEL=v3` or `base` caps it (to compare, or to
@@ -23,30 +23,13 @@ pub(crate) enum Level {
 pub(crate) fn level() -> Level {
     static LEVEL: OnceLock<Level> = OnceLock::new();
     *LEVEL.get_or_init(|| {
-        let cap = std::env::var("NPU_CPU_LEVEL").unwrap_or_default();
-        detect().min_with(match cap.as_str() {
-            "base" => Level::Base,
-            "v3" => Level::V3,
+        let cap = match std::env::var("NPU_CPU_LEVEL").as_deref() {
+            Ok("base") => Level::Base,
+            Ok("v3") => Level::V3,
             _ => Level::V4,
-        })
+        };
+        detect().min(cap)
     })
-}
-
-impl Level {
-    fn rank(self) -> u8 {
-        match self {
-            Level::Base => 0,
-            Level::V3 => 1,
-            Level::V4 => 2,
-        }
-    }
-    fn min_with(self, other: Level) -> Level {
-        if self.rank() <= other.rank() {
-            self
-        } else {
-            other
-        }
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -121,6 +104,6 @@ mod tests {
         let a: Vec<f32> = (0..1000).map(|i| (i as f32).sin()).collect();
         let want: f32 = a.iter().map(|x| x * 0.5).sum();
         assert_eq!(scaled_sum(&a, 0.5), want);
-        assert!(level().rank() <= detect().rank());
+        assert!(level() <= detect());
     }
 }

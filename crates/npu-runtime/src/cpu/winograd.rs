@@ -16,7 +16,7 @@ use super::conv::ConvParams;
 use super::gemm::{matmul, Mat};
 use super::view::{with_scratch, SendPtr, View};
 use super::Buf;
-use npu_program::program::{ConvDims, Kernel, Slot};
+use npu_program::program::{ConvDims, Slot};
 use npu_program::Program;
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -85,26 +85,10 @@ pub(crate) fn prepare(program: &Program, weights: &[Arc<Buf>]) -> Vec<Option<Arc
         .steps
         .iter()
         .map(|step| {
-            let Kernel::Conv2d {
-                stride,
-                padding,
-                dilation,
-                groups,
-                act,
-            } = &step.kernel
-            else {
-                return None;
-            };
+            let p = ConvParams::of(&step.kernel)?;
             let (x, wb, out) = (&step.inputs[0], &step.inputs[1], &step.outputs[0]);
             let Slot::Weight(wi) = wb.slot else {
                 return None;
-            };
-            let p = ConvParams {
-                stride: *stride,
-                padding: *padding,
-                dilation: *dilation,
-                groups: *groups,
-                act: *act,
             };
             let d = ConvDims::check(
                 &x.shape,
