@@ -39,7 +39,8 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_attn",
     "k_attn_combine",
     "k_attn_dec",
-    "k_attn_softmax",
+    "k_attn_tiles",
+    "k_attn_mma",
     "k_conv_direct",
 ];
 

@@ -126,6 +126,16 @@ pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         stale_decode_case(rng, [1, 4, 1, 8200, 64], F16),
         // many query rows (the CPU's GEMM path) over the same kind of cache
         stale_case(rng, [1, 6, 2, 20, 90, 32], F32),
+        // 16-bit prefill (CUDA's tensor-core path): a Qwen-shaped block over a cache with a
+        // partial last key tile, rows past the last query tile, causal without a mask, a
+        // strided q, stale slots, and a head dim that is not a multiple of 16
+        case(rng, [1, 12, 2, 128, 300, 128], F16, true, false, 0, false),
+        case(rng, [2, 6, 2, 70, 150, 64], BF16, true, false, 5, false),
+        case(rng, [1, 4, 4, 40, 40, 32], F16, false, true, 0, false),
+        case(rng, [1, 4, 2, 33, 50, 64], F16, true, false, 0, true),
+        stale_case(rng, [1, 12, 2, 80, 700, 128], BF16),
+        stale_case(rng, [1, 6, 2, 20, 90, 32], F16),
+        case(rng, [1, 4, 2, 20, 40, 80], F16, true, false, 0, false),
         // small shapes with a strided q
         case(rng, [2, 4, 2, 3, 9, 16], F32, false, false, 0, true),
         case(rng, [1, 6, 2, 7, 7, 8], F32, false, true, 0, true),

@@ -163,70 +163,380 @@ extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int c
   }
 }
 
-// The softmax of attention's GEMM path (plan/attention.rs), one block per row of scores:
-// p = exp(x + mask - max) / sum, with a masked slot (mask <= -65504) exactly 0 and a fully
-// masked row all zeros, as k_attn; the scale was applied by the GEMM. p is stored in out's
-// dtype (V's, for the second GEMM). Rows of up to AS_MAX * blockDim slots are read once
-// into registers, every load in flight together; longer rows are read three times.
-#define AS_MAX 16
-__device__ __forceinline__ float attn_score(const TD& x, const TD& mask, int has_mask, i64 xo, i64 mo,
-                                            i64 i) {
-  int r = x.rank;
-  float v = ld(x, xo + i * x.st[r - 1]);
-  if (has_mask) {
-    float mv = ld(mask, mo + i * mask.st[r - 1]);
-    v = mv <= MASKED ? -NPU_INF : v + mv;
+// Prefill attention on tensor cores (16-bit q/k/v, head dim a multiple of 16 up to 128):
+// grid (query tiles of MQ_ROWS rows, H, B), 4 warps of 16 query rows each. Key tiles of
+// MQ_KEYS keys are staged in shared memory (K as [key][d], V transposed as [d][key]); S = Q K^T
+// and O += P V are mma.sync m16n8k16 with f32 accumulation, the softmax online per row in
+// registers (FlashAttention-2's order). A key tile that no row of the block attends is skipped
+// without touching K or V: k_attn_tiles marks the live (query tile, key tile) pairs of the mask
+// once per step, every mask load in flight, so a 128-row prefill over a 2048-slot static cache
+// reads 2 of 32 key tiles. Masked slots (<= -65504, causal t > s, t >= T) get probability
+// exactly 0, a fully masked row is zeros (as k_attn), and a key no row of the block attends has
+// its V row taken as zero: a stale cache slot holding inf must not give 0 x inf = NaN.
+#define MQ_ROWS 64
+#define MQ_KEYS 64
+#define MQ_MAXD 128
+
+// Marks each (query tile, key tile) of the mask that holds an attended slot: grid (key tiles,
+// query tiles, distinct (batch, head) rows of the mask), flags[((bh * nqt) + qt) * nkt + kt].
+extern "C" __global__ void k_attn_tiles(TD mask, unsigned char* flags) {
+  pdl_enter();
+  i64 S = mask.sh[2], T = mask.sh[3];
+  i64 nh = mask.st[1] != 0 ? mask.sh[1] : 1;
+  i64 bh = blockIdx.z, b = bh / nh, h = bh % nh;
+  i64 r0 = (i64)blockIdx.y * MQ_ROWS, t0 = (i64)blockIdx.x * MQ_KEYS;
+  i64 base = b * mask.st[0] + h * mask.st[1];
+  bool live = false;
+  if (is16_dt(mask.dt) && mask.st[3] == 1 && (mask.st[2] % 8) == 0 && (base % 8) == 0 && (mask.ptr % 16) == 0 &&
+      (T % 8) == 0) {
+    // 16-bit mask rows with contiguous keys: eight keys per 16-byte load, two loads a thread
+    const unsigned short* mp = (const unsigned short*)mask.ptr + base;
+    uint4 u[MQ_ROWS * MQ_KEYS / 8 / 256];
+    bool in[MQ_ROWS * MQ_KEYS / 8 / 256];
+#pragma unroll
+    for (int i = 0; i < MQ_ROWS * MQ_KEYS / 8 / 256; ++i) {
+      int e = threadIdx.x + i * 256;
+      i64 r = r0 + e / (MQ_KEYS / 8), t = t0 + (e % (MQ_KEYS / 8)) * 8;
+      in[i] = r < S && t < T;
+      u[i] = in[i] ? *(const uint4*)(mp + r * mask.st[2] + t) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < MQ_ROWS * MQ_KEYS / 8 / 256; ++i) {
+      if (!in[i]) continue;
+      unsigned w[4] = {u[i].x, u[i].y, u[i].z, u[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        live |= !(h16_to_f32(w[j] & 0xffff, mask.dt) <= MASKED);
+        live |= !(h16_to_f32(w[j] >> 16, mask.dt) <= MASKED);
+      }
+    }
+  } else {
+    const int per = MQ_ROWS * MQ_KEYS / 256;
+    float mv[per];
+#pragma unroll
+    for (int i = 0; i < per; ++i) {
+      int e = threadIdx.x + i * 256;
+      i64 r = r0 + e / MQ_KEYS, t = t0 + e % MQ_KEYS;
+      mv[i] = (r < S && t < T) ? ld(mask, base + r * mask.st[2] + t * mask.st[3]) : -NPU_INF;
+    }
+#pragma unroll
+    for (int i = 0; i < per; ++i) live |= !(mv[i] <= MASKED);
   }
-  return v;
+  live = __syncthreads_or(live);
+  if (threadIdx.x == 0) flags[(bh * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = live ? 1 : 0;
 }
 
-extern "C" __global__ void k_attn_softmax(TD x, TD mask, int has_mask, TD out) {
+template <bool BF>
+__device__ __forceinline__ void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  if (BF) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as one word of 16-bit values (lo in the low half), round to nearest even: one
+// cvt for both (sm_80+; `a` goes to the upper half).
+template <bool BF>
+__device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
+  unsigned r;
+  if (BF) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+
+// Two adjacent 16-bit elements of t at element offset `off` (even, 4-byte aligned) as one word.
+__device__ __forceinline__ unsigned ld_pair(const TD& t, i64 off) {
+  return *(const unsigned*)((const unsigned short*)t.ptr + off);
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// Stages keys t0 .. t0 + MQ_KEYS - 1 of a K or V tile as [key][d] rows MQ_MAXD + 8 apart, zeros
+// past T: 16-byte cp.async copies (all in flight, no registers) where rows are contiguous and
+// aligned, element loads otherwise. The caller waits (cp_async_wait) and syncs.
+__device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, unsigned short* dst) {
+  i64 T = t.sh[2];
+  const unsigned short* src = (const unsigned short*)t.ptr;
+  bool vec = t.st[3] == 1 && (t.st[2] % 8) == 0 && (base % 8) == 0 && (t.ptr % 16) == 0;
+  int per = D / 8;
+  for (int idx = threadIdx.x; idx < MQ_KEYS * per; idx += blockDim.x) {
+    int row = idx / per, c = (idx % per) * 8;
+    i64 tt = t0 + row;
+    unsigned short* d = dst + row * (MQ_MAXD + 8) + c;
+    if (vec) {
+      // rows past T: a 0-byte source fills the 16 bytes with zeros
+      const unsigned short* sp = src + base + min(tt, T - 1) * t.st[2] + c;
+      unsigned n = tt < T ? 16u : 0u;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(d)), "l"(sp), "r"(n));
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) d[i] = tt < T ? src[base + tt * t.st[2] + (c + i) * t.st[3]] : 0;
+    }
+  }
+  asm volatile("cp.async.commit_group;");
+}
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// B fragments of O += P V for one 16-key step and two 8-dim tiles: V stored [key][d], read
+// transposed by ldmatrix (lanes 0-15 address keys 0-15 at dims n0, lanes 16-31 at n0 + 8).
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const unsigned short* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+#define MQ_MAXT 1024  // key tiles whose live flags a block keeps in shared memory (65536 keys)
+
+template <bool BF>
+__device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask, int has_mask,
+                                              int causal, float scale, int group, const unsigned char* flags,
+                                              int nkt, const TD& out, unsigned short* ks, unsigned short* vs,
+                                              unsigned* keys_live, unsigned* tiles_live, unsigned short* mt) {
+  const int D = (int)q.sh[3], nkc = D / 16, ndn = D / 8;
+  const i64 H = q.sh[1], S = q.sh[2], T = k.sh[2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const i64 qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / group;
+  const i64 r0 = qt * MQ_ROWS + warp * 16 + g, r1 = r0 + 8;
+  const i64 qbase = b * q.st[0] + h * q.st[1];
+  const i64 last_row = min(S - 1, qt * MQ_ROWS + MQ_ROWS - 1);
+  // Key tiles to visit: the mask's live flags (all loads in flight), or every tile up to the
+  // causal bound. Tiles past MQ_MAXT are visited unconditionally (their keys still masked).
+  const int nlist = min(nkt, MQ_MAXT);
+  for (int w = threadIdx.x; w < MQ_MAXT / 32; w += blockDim.x) tiles_live[w] = 0u;
+  __syncthreads();
+  if (has_mask) {
+    i64 nh = mask.st[1] != 0 ? H : 1, bh = (mask.st[0] != 0 ? b : 0) * nh + (mask.st[1] != 0 ? h : 0);
+    const unsigned char* fl = flags + (bh * gridDim.x + qt) * nkt;
+    for (int kt = threadIdx.x; kt < nlist; kt += blockDim.x)
+      if (fl[kt]) atomicOr(&tiles_live[kt >> 5], 1u << (kt & 31));
+  } else {
+    for (int kt = threadIdx.x; kt < nlist; kt += blockDim.x)
+      if (!causal || (i64)kt * MQ_KEYS <= last_row) atomicOr(&tiles_live[kt >> 5], 1u << (kt & 31));
+  }
+  // Q as A fragments (rows r0/r1, dims kc*16 + tq*2 (+8)), kept in registers.
+  unsigned qa[MQ_MAXD / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
+    if (kc < nkc) {
+      i64 d = kc * 16 + tq * 2;
+      qa[kc][0] = r0 < S ? ld_pair(q, qbase + r0 * q.st[2] + d) : 0u;
+      qa[kc][1] = r1 < S ? ld_pair(q, qbase + r1 * q.st[2] + d) : 0u;
+      qa[kc][2] = r0 < S ? ld_pair(q, qbase + r0 * q.st[2] + d + 8) : 0u;
+      qa[kc][3] = r1 < S ? ld_pair(q, qbase + r1 * q.st[2] + d + 8) : 0u;
+    }
+  }
+  float acc[MQ_MAXD / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < MQ_MAXD / 8; ++dn) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+  float m0 = -NPU_INF, m1 = -NPU_INF, l0 = 0.0f, l1 = 0.0f;
+  const i64 kbase = b * k.st[0] + kh * k.st[1], vbase = b * v.st[0] + kh * v.st[1];
+  const i64 mrow = has_mask ? b * mask.st[0] + h * mask.st[1] : 0;
+  const bool mask_smem = has_mask && is16_dt(mask.dt) && mask.st[3] == 1 && (mask.st[2] % 8) == 0 &&
+                         (mrow % 8) == 0 && (mask.ptr % 16) == 0 && (T % 8) == 0;
+  __syncthreads();  // tiles_live complete
+  for (int kt = 0; kt < nkt; ++kt) {
+    if (kt < nlist) {
+      unsigned word = tiles_live[kt >> 5] >> (kt & 31);
+      if (word == 0u) {
+        kt |= 31;  // no live tile in the rest of this word
+        continue;
+      }
+      kt += __ffs(word) - 1;  // the next live tile
+    }
+    const i64 t0 = (i64)kt * MQ_KEYS;
+    if (causal && t0 > last_row) break;
+    __syncthreads();  // the previous tile's readers are done with ks / vs
+    if (threadIdx.x < 2) keys_live[threadIdx.x] = 0u;
+    mq_stage(k, kbase, t0, D, ks);
+    mq_stage(v, vbase, t0, D, vs);
+    // The tile's mask: 16-bit rows with contiguous keys are copied into shared memory with K
+    // and V; other masks are read per element below.
+    if (mask_smem) {
+      for (int idx = threadIdx.x; idx < MQ_ROWS * (MQ_KEYS / 8); idx += blockDim.x) {
+        int row = idx / (MQ_KEYS / 8), c = (idx % (MQ_KEYS / 8)) * 8;
+        i64 r = min(qt * MQ_ROWS + row, S - 1), tt = t0 + c;
+        const unsigned short* sp = (const unsigned short*)mask.ptr + mrow + r * mask.st[2] + min(tt, T - 8);
+        unsigned n = tt < T ? 16u : 0u;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(mt + row * (MQ_KEYS + 8) + c)),
+                     "l"(sp), "r"(n));
+      }
+      asm volatile("cp.async.commit_group;");
+    }
+    cp_async_wait();
+    __syncthreads();
+    // S = Q K^T for this warp's 16 rows and the tile's 64 keys (8 n-tiles of 8 keys).
+    float sc[MQ_KEYS / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < MQ_KEYS / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
+      if (kc < nkc) {
+#pragma unroll
+        for (int nt = 0; nt < MQ_KEYS / 8; ++nt) {
+          const unsigned short* kr = ks + (nt * 8 + g) * (MQ_MAXD + 8) + kc * 16 + tq * 2;
+          mma16816<BF>(sc[nt], qa[kc], *(const unsigned*)kr, *(const unsigned*)(kr + 8));
+        }
+      }
+    }
+    // Scale, mask, and the keys some row of the block attends (32-bit bounds: a tile's keys
+    // and rows are relative to t0 and the block's first row).
+    unsigned live_lo = 0u, live_hi = 0u;
+    const int tlim = (int)min((i64)MQ_KEYS, T - t0);
+    const int rb = warp * 16 + g;
+    const int rlim = (int)min((i64)MQ_ROWS, S - qt * MQ_ROWS);
+    const int cdiag = causal ? (int)(qt * MQ_ROWS - t0) : 1 << 30;  // key kk is past row rr when kk > rr + cdiag
+#pragma unroll
+    for (int nt = 0; nt < MQ_KEYS / 8; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int rr = rb + (j < 2 ? 0 : 8);
+        const int kk = nt * 8 + tq * 2 + (j & 1);
+        float mv = 0.0f;
+        if (mask_smem) {
+          mv = h16_to_f32(mt[rr * (MQ_KEYS + 8) + kk], mask.dt);
+        } else if (has_mask) {
+          i64 row = min(qt * MQ_ROWS + rr, S - 1), t = min(t0 + kk, T - 1);
+          mv = ld(mask, mrow + row * mask.st[2] + t * mask.st[3]);
+        }
+        bool ok = rr < rlim && kk < tlim && kk <= rr + cdiag && !(mv <= MASKED);
+        sc[nt][j] = ok ? sc[nt][j] * scale + mv : -NPU_INF;
+        if (ok) {
+          if (kk < 32) live_lo |= 1u << kk; else live_hi |= 1u << (kk - 32);
+        }
+      }
+    }
+    live_lo = __reduce_or_sync(0xffffffffu, live_lo);
+    live_hi = __reduce_or_sync(0xffffffffu, live_hi);
+    if (lane == 0) {
+      atomicOr(&keys_live[0], live_lo);
+      atomicOr(&keys_live[1], live_hi);
+    }
+    // Online softmax: each thread holds 16 scores of row r0 (j = 0, 1) and of row r1 (j = 2, 3);
+    // the row's four threads (one quad) reduce together.
+    float mx0 = -NPU_INF, mx1 = -NPU_INF;
+#pragma unroll
+    for (int nt = 0; nt < MQ_KEYS / 8; ++nt) {
+      mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float c0 = m0 == -NPU_INF ? 0.0f : expf(m0 - mn0), c1 = m1 == -NPU_INF ? 0.0f : expf(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < MQ_KEYS / 8; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float mn = j < 2 ? mn0 : mn1;
+        float p = sc[nt][j] == -NPU_INF ? 0.0f : expf(sc[nt][j] - mn);
+        sc[nt][j] = p;
+        if (j < 2) s0 += p; else s1 += p;
+      }
+    }
+    l0 = l0 * c0 + s0;
+    l1 = l1 * c1 + s1;
+#pragma unroll
+    for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
+      acc[dn][0] *= c0;
+      acc[dn][1] *= c0;
+      acc[dn][2] *= c1;
+      acc[dn][3] *= c1;
+    }
+    __syncthreads();  // keys_live complete
+    const unsigned lv0 = keys_live[0], lv1 = keys_live[1];
+    // O += P V: P's C fragments are the A fragments of k16 steps (two n-tiles each); V's B
+    // fragments come from ldmatrix.trans, with the keys no row attends zeroed.
+#pragma unroll
+    for (int ks16 = 0; ks16 < MQ_KEYS / 16; ++ks16) {
+      unsigned pa[4];
+      pa[0] = pack_h2<BF>(sc[2 * ks16][0], sc[2 * ks16][1]);
+      pa[1] = pack_h2<BF>(sc[2 * ks16][2], sc[2 * ks16][3]);
+      pa[2] = pack_h2<BF>(sc[2 * ks16 + 1][0], sc[2 * ks16 + 1][1]);
+      pa[3] = pack_h2<BF>(sc[2 * ks16 + 1][2], sc[2 * ks16 + 1][3]);
+      int ka = ks16 * 16 + tq * 2, kb = ka + 8;
+      unsigned lw = ka < 32 ? lv0 : lv1;
+      unsigned za = ((lw >> (ka & 31)) & 1u ? 0xffffu : 0u) | ((lw >> ((ka + 1) & 31)) & 1u ? 0xffff0000u : 0u);
+      unsigned zb = ((lw >> (kb & 31)) & 1u ? 0xffffu : 0u) | ((lw >> ((kb + 1) & 31)) & 1u ? 0xffff0000u : 0u);
+      const unsigned short* vrow = vs + (ks16 * 16 + (lane & 15)) * (MQ_MAXD + 8) + (lane >> 4) * 8;
+#pragma unroll
+      for (int dn = 0; dn < MQ_MAXD / 8; dn += 2) {
+        if (dn < ndn) {
+          unsigned bf[4];
+          ldmatrix_x4_trans(bf, vrow + dn * 8);
+          mma16816<BF>(acc[dn], pa, bf[0] & za, bf[1] & zb);
+          mma16816<BF>(acc[dn + 1], pa, bf[2] & za, bf[3] & zb);
+        }
+      }
+    }
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  const i64 ob = b * out.st[0] + h * out.st[1];
+  const bool pairs = is16_dt(out.dt) && out.st[3] == 1 && (out.st[2] % 2) == 0 && (ob % 2) == 0 && (out.ptr % 4) == 0;
+  unsigned* o0 = (unsigned*)((unsigned short*)out.ptr + ob + min(r0, S - 1) * out.st[2]);
+  unsigned* o1 = (unsigned*)((unsigned short*)out.ptr + ob + min(r1, S - 1) * out.st[2]);
+#pragma unroll
+  for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
+    if (dn < ndn) {
+      int d = dn * 8 + tq * 2;
+      if (pairs) {
+        if (r0 < S) o0[d / 2] = out.dt == DT_BF16 ? pack_h2<true>(acc[dn][0] * i0, acc[dn][1] * i0)
+                                                  : pack_h2<false>(acc[dn][0] * i0, acc[dn][1] * i0);
+        if (r1 < S) o1[d / 2] = out.dt == DT_BF16 ? pack_h2<true>(acc[dn][2] * i1, acc[dn][3] * i1)
+                                                  : pack_h2<false>(acc[dn][2] * i1, acc[dn][3] * i1);
+        continue;
+      }
+      if (r0 < S) {
+        st(out, ob + r0 * out.st[2] + d * out.st[3], acc[dn][0] * i0);
+        st(out, ob + r0 * out.st[2] + (d + 1) * out.st[3], acc[dn][1] * i0);
+      }
+      if (r1 < S) {
+        st(out, ob + r1 * out.st[2] + d * out.st[3], acc[dn][2] * i1);
+        st(out, ob + r1 * out.st[2] + (d + 1) * out.st[3], acc[dn][3] * i1);
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) k_attn_mma(TD q, TD k, TD v, TD mask, int has_mask, int causal,
+                                                             float scale, int group, const unsigned char* flags,
+                                                             int nkt, TD out) {
   pdl_enter();
-  int r = x.rank;
-  i64 n = x.sh[r - 1], row = blockIdx.x;
-  i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
-  i64 mo = has_mask ? offset_lead(mask, r - 1, row) : 0;
-  i64 os = out.st[r - 1];
-  if (n <= (i64)AS_MAX * blockDim.x) {
-    float v[AS_MAX];
-    float m = -NPU_INF;
-#pragma unroll
-    for (int j = 0; j < AS_MAX; ++j) {
-      i64 i = threadIdx.x + (i64)j * blockDim.x;
-      v[j] = i < n ? attn_score(x, mask, has_mask, xo, mo, i) : -NPU_INF;
-    }
-#pragma unroll
-    for (int j = 0; j < AS_MAX; ++j) m = fmaxf(m, v[j]);
-    m = block_max(m);
-    float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < AS_MAX; ++j) {
-      v[j] = v[j] == -NPU_INF ? 0.0f : expf(v[j] - m);
-      sum += v[j];
-    }
-    sum = block_sum(sum);
-    float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int j = 0; j < AS_MAX; ++j) {
-      i64 i = threadIdx.x + (i64)j * blockDim.x;
-      if (i < n) st(out, oo + i * os, v[j] * inv);
-    }
-    return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // One set of tiles for both instantiations (declared in the body, each would get its own).
+  __shared__ __align__(16) unsigned short ks[MQ_KEYS * (MQ_MAXD + 8)];
+  __shared__ __align__(16) unsigned short vs[MQ_KEYS * (MQ_MAXD + 8)];
+  __shared__ unsigned keys_live[2];
+  __shared__ unsigned tiles_live[MQ_MAXT / 32];
+  __shared__ __align__(16) unsigned short mt[MQ_ROWS * (MQ_KEYS + 8)];
+  if (q.dt == DT_BF16) {
+    attn_mma_body<true>(q, k, v, mask, has_mask, causal, scale, group, flags, nkt, out, ks, vs, keys_live,
+                        tiles_live, mt);
+  } else {
+    attn_mma_body<false>(q, k, v, mask, has_mask, causal, scale, group, flags, nkt, out, ks, vs, keys_live,
+                         tiles_live, mt);
   }
-  float m = -NPU_INF;
-  for (i64 i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, attn_score(x, mask, has_mask, xo, mo, i));
-  m = block_max(m);
-  float sum = 0.0f;
-  for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = attn_score(x, mask, has_mask, xo, mo, i);
-    if (v != -NPU_INF) sum += expf(v - m);
-  }
-  sum = block_sum(sum);
-  float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = attn_score(x, mask, has_mask, xo, mo, i);
-    st(out, oo + i * os, v == -NPU_INF ? 0.0f : expf(v - m) * inv);
-  }
+#endif
 }
 
 // One block per (b, h, s): merges the split partials and stores the output row. The split

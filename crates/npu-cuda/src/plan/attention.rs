@@ -1,20 +1,21 @@
-//! Attention: `k_attn_dec` for one query row (decode); for blocks of
-//! query rows (prefill) two cuBLASLt GEMMs around `k_attn_softmax`; `k_attn` split over the
-//! keys otherwise, each SIMT kernel followed by `k_attn_combine`.
+//! Attention: `k_attn_dec` for one query row (decode); for blocks of 16-bit query rows
+//! (prefill) `k_attn_mma` on tensor cores after `k_attn_tiles` marks the mask's live tiles;
+//! `k_attn` split over the keys otherwise, each SIMT kernel followed by `k_attn_combine`.
 
 use super::{align, kl, Planner, StepPlan, SCRATCH0};
-use crate::gemm::{plan_lt, LtDest};
-use crate::launch::{grid_for, Arg, Launch, TdArg};
+use crate::launch::{Arg, TdArg};
 use crate::loc::Loc;
 use npu_ir::DType;
 use npu_program::program::Binding;
 
-/// The fewest query rows that take the GEMM path (`attention_gemm`).
-const GEMM_MIN_ROWS: usize = 16;
+/// The fewest query rows that take the tensor-core path (`attention_mma`).
+const MMA_MIN_ROWS: usize = 16;
 
-/// The most scratch the GEMM path may take (scores, probabilities, output); larger problems
-/// (a long prefill over a long cache) stay on `k_attn`, which needs none of it.
-const GEMM_MAX_SCRATCH: u64 = 128 << 20;
+/// `k_attn_mma`'s query rows per block, keys per tile and largest head dim
+/// (kernels/attention.cu: MQ_ROWS, MQ_KEYS, MQ_MAXD).
+const MQ_ROWS: usize = 64;
+const MQ_KEYS: usize = 64;
+const MQ_MAXD: usize = 128;
 
 impl Planner<'_> {
     pub(super) fn attention(
@@ -46,8 +47,8 @@ impl Planner<'_> {
         if s == 1 && !causal && group <= 8 && d <= 128 && shared_mask {
             return Ok(self.attention_decode(scale, ins, out, b, h, kvh, t, d));
         }
-        if s >= GEMM_MIN_ROWS && !causal {
-            if let Some(plan) = self.attention_gemm(scale, ins, out)? {
+        if s >= MMA_MIN_ROWS {
+            if let Some(plan) = self.attention_mma(scale, causal, ins, out) {
                 return Ok(plan);
             }
         }
@@ -157,127 +158,74 @@ impl Planner<'_> {
             scratch: part_bytes,
         }
     }
-    /// Prefill attention as S = scale * Q K^T (cuBLASLt, f32, batched over batch x KV head:
-    /// the `group` query heads of a KV head are one [group * S, D] matrix), P =
-    /// `k_attn_softmax`(S + mask) in V's dtype, O = P V (cuBLASLt, f32) and a copy into
-    /// `out`. A prefill over a static cache scores every cache slot, masked ones included:
-    /// on tensor cores that costs less than `k_attn`'s one-warp-per-row SIMT loop (H100,
-    /// Qwen2.5-1.5B, 128 rows over 2048 slots: 80 us per layer in `k_attn`). Masked slots
-    /// get probability exactly 0 and a fully masked row is zeros, as in `k_attn`; unlike it,
-    /// a masked slot's V row is multiplied by that 0 (PyTorch's math attention does the same).
-    /// `None` when Q, K or V is not dense, the dtypes differ, or the scratch would exceed
-    /// `GEMM_MAX_SCRATCH`.
-    fn attention_gemm(
+    /// Prefill attention on tensor cores (`k_attn_mma`, kernels/attention.cu), with the mask's
+    /// live (query tile, key tile) pairs marked first by `k_attn_tiles` so the kernel skips key
+    /// tiles no row of its block attends (a prefill over a static cache sees a few of them).
+    /// `None` where the kernel does not apply: not f16/bf16 of one dtype, a head dim that is
+    /// not a multiple of 16 up to 128, q's rows not in 4-byte aligned pairs, or a GPU without
+    /// bf16 `mma.sync` (compute capability below 8.0).
+    fn attention_mma(
         &self,
         scale: f32,
+        causal: bool,
         ins: &[Binding],
         out: &Binding,
-    ) -> Result<Option<StepPlan>, String> {
+    ) -> Option<StepPlan> {
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
         let (b, h, s, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
         let (kvh, t) = (k.shape[1], k.shape[2]);
-        let group = h / kvh;
-        let dense = |x: &Binding, rows: usize, heads: usize| {
-            let st = &x.strides;
-            st[3] == 1 && st[2] == d && st[1] == rows * d && (b == 1 || st[0] == heads * rows * d)
-        };
-        let dt = v.dtype;
-        if q.dtype != dt
+        let dt = q.dtype;
+        let pairs = q.strides[3] == 1
+            && q.strides[..3].iter().all(|&st| st % 2 == 0)
+            && q.byte_offset % 4 == 0;
+        if !matches!(dt, DType::F16 | DType::BF16)
             || k.dtype != dt
-            || dt == DType::F64
-            || !dt.is_float()
-            || !dense(q, s, h)
-            || !dense(k, t, kvh)
-            || !dense(v, t, kvh)
+            || v.dtype != dt
+            || d % 16 != 0
+            || d > MQ_MAXD
+            || !pairs
+            || self.dev.arch.0 < 8
+            || h > 65535
+            || b > 65535
         {
-            return Ok(None);
+            return None;
         }
-        let (bk, rows) = (b * kvh, group * s);
-        let s_off = SCRATCH0;
-        let p_off = s_off + align((b * h * s * t * 4) as u64);
-        let o_off = p_off + align((b * h * s * t * dt.size_bytes()) as u64);
-        let end = o_off + align((b * h * s * d * 4) as u64);
-        if end - SCRATCH0 > GEMM_MAX_SCRATCH {
-            return Ok(None);
-        }
-        // A [bk, rows, k] operand over `x`'s storage with the given strides.
-        let view = |x: &Binding, sh: [usize; 3], st: [usize; 3]| {
-            TdArg::of(x).laid_out(&sh.map(|v| v as i64), &st.map(|v| v as i64))
-        };
-        let qa = view(q, [bk, rows, d], [rows * d, d, 1]);
-        let kt = view(k, [bk, d, t], [t * d, 1, d]);
-        let lt = |a: &TdArg, bm: &TdArg, m: usize, n: usize, kk: usize, alpha, dest| {
-            plan_lt(
-                self.dev, a, bm, dt, dt, m as i64, n as i64, kk as i64, bk as i64, alpha, dest,
-            )
-            .map_err(|e| e.to_string())
-        };
-        let to_scratch = |off, m: usize, n: usize| LtDest::Scratch {
-            off,
-            ld: n as i64,
-            batch: (m * n) as i64,
-        };
-        let Some(scores) = lt(&qa, &kt, rows, t, d, scale, to_scratch(s_off, rows, t))? else {
-            return Ok(None);
-        };
-        let pa = TdArg::scratch(p_off, dt, &[bk, rows, t]);
-        let vb = view(v, [bk, t, d], [t * d, d, 1]);
+        let (nqt, nkt) = (s.div_ceil(MQ_ROWS), t.div_ceil(MQ_KEYS));
         let mask = ins.get(3);
-        let mut launches = vec![
-            Launch::Lt(Box::new(scores)),
-            kl(
-                self.f("k_attn_softmax"),
-                ((b * h * s) as u32, 1, 1),
-                256,
-                0,
-                vec![
-                    Arg::Td(TdArg::scratch(s_off, DType::F32, &[b, h, s, t])),
-                    Arg::Td(mask.map_or(TdArg::null(), TdArg::of)),
-                    Arg::I32(i32::from(mask.is_some())),
-                    Arg::Td(TdArg::scratch(p_off, dt, &[b, h, s, t])),
-                ],
-            ),
-        ];
-        // O = P V straight into a dense output, else through f32 scratch and a copy.
-        let direct = if dense(out, s, h) && out.dtype == dt {
-            lt(
-                &pa,
-                &vb,
-                rows,
-                d,
-                t,
-                1.0,
-                LtDest::Out {
-                    out: view(out, [bk, rows, d], [rows * d, d, 1]),
-                    dtype: dt,
-                    bias: None,
-                },
-            )?
-        } else {
-            None
-        };
-        if let Some(values) = direct {
-            launches.push(Launch::Lt(Box::new(values)));
-        } else {
-            let Some(values) = lt(&pa, &vb, rows, d, t, 1.0, to_scratch(o_off, rows, d))? else {
-                return Ok(None);
-            };
-            launches.push(Launch::Lt(Box::new(values)));
+        let mut launches = Vec::new();
+        let mut scratch = 0;
+        if let Some(m) = mask {
+            // Flags for each distinct (batch, head) row of the mask (broadcast dims count once).
+            let nb = if m.strides[0] != 0 { b } else { 1 };
+            let nh = if m.strides[1] != 0 { h } else { 1 };
+            scratch = align((nb * nh * nqt * nkt) as u64);
             launches.push(kl(
-                self.f("k_copy"),
-                (grid_for(out.numel()), 1, 1),
+                self.f("k_attn_tiles"),
+                (nkt as u32, nqt as u32, (nb * nh) as u32),
                 256,
                 0,
-                vec![
-                    Arg::Td(TdArg::scratch(o_off, DType::F32, &[b, h, s, d])),
-                    Arg::Td(TdArg::of(out)),
-                    Arg::I64(out.numel() as i64),
-                ],
+                vec![Arg::Td(TdArg::of(m)), Arg::Ptr(0, Loc::Scratch(SCRATCH0))],
             ));
         }
-        Ok(Some(StepPlan {
-            launches,
-            scratch: end - SCRATCH0,
-        }))
+        launches.push(kl(
+            self.f("k_attn_mma"),
+            (nqt as u32, h as u32, b as u32),
+            128,
+            0,
+            vec![
+                Arg::Td(TdArg::of(q)),
+                Arg::Td(TdArg::of(k)),
+                Arg::Td(TdArg::of(v)),
+                Arg::Td(mask.map_or(TdArg::null(), TdArg::of)),
+                Arg::I32(i32::from(mask.is_some())),
+                Arg::I32(i32::from(causal)),
+                Arg::F32(scale),
+                Arg::I32((h / kvh) as i32),
+                Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
+                Arg::I32(nkt as i32),
+                Arg::Td(TdArg::of(out)),
+            ],
+        ));
+        Some(StepPlan { launches, scratch })
     }
 }
