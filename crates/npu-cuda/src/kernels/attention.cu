@@ -256,12 +256,24 @@ __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
   return r;
 }
 
+// pack_h2 for a 16-bit dtype known at run time (dt: DT_F16 or DT_BF16).
+__device__ __forceinline__ unsigned pack_h2_dt(int dt, float lo, float hi) {
+  return dt == DT_BF16 ? pack_h2<true>(lo, hi) : pack_h2<false>(lo, hi);
+}
+
 // Two adjacent 16-bit elements of t at element offset `off` (even, 4-byte aligned) as one word.
 __device__ __forceinline__ unsigned ld_pair(const TD& t, i64 off) {
   return *(const unsigned*)((const unsigned short*)t.ptr + off);
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16 bytes from global `src` to shared `dst` without passing through registers; `fill` false
+// writes zeros instead (src must still be a valid address). Completes at cp_async_wait().
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(fill ? 16u : 0u));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 
 // Stages keys t0 .. t0 + MQ_KEYS - 1 of a K or V tile as [key][d] rows MQ_MAXD + 8 apart, zeros
 // past T: 16-byte cp.async copies (all in flight, no registers) where rows are contiguous and
@@ -277,15 +289,13 @@ __device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, u
     unsigned short* d = dst + row * (MQ_MAXD + 8) + c;
     if (vec) {
       // rows past T: a 0-byte source fills the 16 bytes with zeros
-      const unsigned short* sp = src + base + min(tt, T - 1) * t.st[2] + c;
-      unsigned n = tt < T ? 16u : 0u;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(d)), "l"(sp), "r"(n));
+      cp_async16(d, src + base + min(tt, T - 1) * t.st[2] + c, tt < T);
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) d[i] = tt < T ? src[base + tt * t.st[2] + (c + i) * t.st[3]] : 0;
     }
   }
-  asm volatile("cp.async.commit_group;");
+  cp_async_commit();
 }
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
@@ -367,12 +377,10 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
       for (int idx = threadIdx.x; idx < MQ_ROWS * (MQ_KEYS / 8); idx += blockDim.x) {
         int row = idx / (MQ_KEYS / 8), c = (idx % (MQ_KEYS / 8)) * 8;
         i64 r = min(qt * MQ_ROWS + row, S - 1), tt = t0 + c;
-        const unsigned short* sp = (const unsigned short*)mask.ptr + mrow + r * mask.st[2] + min(tt, T - 8);
-        unsigned n = tt < T ? 16u : 0u;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(mt + row * (MQ_KEYS + 8) + c)),
-                     "l"(sp), "r"(n));
+        cp_async16(mt + row * (MQ_KEYS + 8) + c,
+                   (const unsigned short*)mask.ptr + mrow + r * mask.st[2] + min(tt, T - 8), tt < T);
       }
-      asm volatile("cp.async.commit_group;");
+      cp_async_commit();
     }
     cp_async_wait();
     __syncthreads();
@@ -500,10 +508,8 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     if (dn < ndn) {
       int d = dn * 8 + tq * 2;
       if (pairs) {
-        if (r0 < S) o0[d / 2] = out.dt == DT_BF16 ? pack_h2<true>(acc[dn][0] * i0, acc[dn][1] * i0)
-                                                  : pack_h2<false>(acc[dn][0] * i0, acc[dn][1] * i0);
-        if (r1 < S) o1[d / 2] = out.dt == DT_BF16 ? pack_h2<true>(acc[dn][2] * i1, acc[dn][3] * i1)
-                                                  : pack_h2<false>(acc[dn][2] * i1, acc[dn][3] * i1);
+        if (r0 < S) o0[d / 2] = pack_h2_dt(out.dt, acc[dn][0] * i0, acc[dn][1] * i0);
+        if (r1 < S) o1[d / 2] = pack_h2_dt(out.dt, acc[dn][2] * i1, acc[dn][3] * i1);
         continue;
       }
       if (r0 < S) {
