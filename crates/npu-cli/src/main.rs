@@ -167,8 +167,12 @@ enum Cmd {
 }
 
 fn find_target(name: &str) -> Result<&'static npu_compiler::Target> {
-    target::Target::by_name(name)
-        .with_context(|| format!("unknown target '{name}' (known: npu, cpu)"))
+    target::Target::by_name(name).with_context(|| {
+        format!(
+            "unknown target '{name}' (known: {})",
+            target::Target::names()
+        )
+    })
 }
 
 /// Loads an IR graph and checks its sizes against the memory limit.

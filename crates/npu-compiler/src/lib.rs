@@ -135,9 +135,12 @@ pub fn compile(
     report.fusions = fuse::fuse(&mut m);
     report.timings.push(("fuse", t.elapsed()));
     let t = Instant::now();
-    let padded = passes::layout::pad_channels(&m.graph, opts.target);
-    report.padded_values = padded.len();
-    let mut program = lower::lower(&m, opts.target, compute, padded)?;
+    let laid = passes::layout::activation_layout(&m.graph, opts.target);
+    report.padded_values = laid
+        .iter()
+        .filter(|(v, &c)| c != m.graph.ty(**v).shape[1])
+        .count();
+    let mut program = lower::lower(&m, opts.target, compute, laid)?;
     for (o, name) in program.outputs.iter_mut().zip(output_names) {
         o.name = name;
     }

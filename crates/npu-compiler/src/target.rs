@@ -13,6 +13,9 @@ pub struct Target {
     pub compute_dtypes: &'static [DType],
     /// Whether convolutions may be dilated.
     pub conv_dilation: bool,
+    /// 4-D activations stored channels-last (NHWC: the channel stride is 1), the layout
+    /// tensor-core convolutions read as plain GEMM operands; else channels-first (NCHW).
+    pub channels_last: bool,
 }
 
 /// The default NPU: 32-element channel tiles (64 bytes of f16/bf16).
@@ -21,6 +24,7 @@ pub const NPU: Target = Target {
     channel_tile: 32,
     compute_dtypes: &[DType::F16, DType::BF16, DType::F32],
     conv_dilation: true,
+    channels_last: false,
 };
 
 /// The host CPU as a target: no channel padding.
@@ -29,13 +33,30 @@ pub const CPU: Target = Target {
     channel_tile: 1,
     compute_dtypes: &[DType::F16, DType::BF16, DType::F32],
     conv_dilation: true,
+    channels_last: false,
 };
 
-pub const TARGETS: [&Target; 2] = [&NPU, &CPU];
+/// A tensor-core GPU as a target: activations channels-last with channels padded to 8 (16
+/// bytes of f16/bf16, the alignment tensor-core GEMM operands want), so a 1x1 convolution
+/// is a GEMM over the activation as it lies and im2col copies whole channel runs.
+pub const GPU: Target = Target {
+    name: "gpu",
+    channel_tile: 8,
+    compute_dtypes: &[DType::F16, DType::BF16, DType::F32],
+    conv_dilation: true,
+    channels_last: true,
+};
+
+pub const TARGETS: [&Target; 3] = [&NPU, &CPU, &GPU];
 
 impl Target {
     pub fn by_name(name: &str) -> Option<&'static Target> {
         TARGETS.into_iter().find(|t| t.name == name)
+    }
+
+    /// The known targets' names, comma-separated (for messages).
+    pub fn names() -> String {
+        TARGETS.map(|t| t.name).join(", ")
     }
 
     /// Why this target cannot run `node`, or `None` when it can.

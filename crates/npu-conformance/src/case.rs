@@ -103,6 +103,11 @@ fn binding(slot: Slot, shape: &[usize], strides: &[usize], off: usize, dt: DType
     }
 }
 
+/// The strides of a channels-last [N, C, H, W] view of an [N, H, W, cp] buffer.
+fn nhwc_strides([h, w, cp]: [usize; 3]) -> [usize; 4] {
+    [h * w * cp, 1, w * cp, cp]
+}
+
 impl Case {
     pub fn new(name: impl Into<String>, kernel: Kernel) -> Case {
         Case {
@@ -121,6 +126,24 @@ impl Case {
     pub fn input(self, rng: &mut Rng, shape: &[usize], dt: DType) -> Case {
         let s = dense_strides(shape);
         self.view(rng, shape, dt, shape, &s, 0)
+    }
+
+    /// A random [N, C, H, W] input stored channels-last with `cp` >= C channels per pixel
+    /// (the `gpu` target's activation layout).
+    pub fn nhwc_input(self, rng: &mut Rng, [n, c, h, w]: [usize; 4], dt: DType, cp: usize) -> Case {
+        self.view(
+            rng,
+            &[n, h, w, cp],
+            dt,
+            &[n, c, h, w],
+            &nhwc_strides([h, w, cp]),
+            0,
+        )
+    }
+
+    /// An [N, C, H, W] output stored channels-last with `cp` >= C channels per pixel.
+    pub fn nhwc_output(self, [n, c, h, w]: [usize; 4], dt: DType, cp: usize) -> Case {
+        self.output_view(&[n, h, w, cp], dt, &[n, c, h, w], &nhwc_strides([h, w, cp]))
     }
 
     /// A dense input stored transposed in its last two dims (a stride swap, as a linear's

@@ -239,6 +239,12 @@ pub fn run_models(backend: &dyn Backend) -> Vec<ModelOutcome> {
             }),
         ),
         (
+            "small-cnn gpu f16 (channels-last)",
+            Box::new(move || {
+                classifier(b, &fixtures().join("small-cnn"), &target::GPU, F16, 0.999)
+            }),
+        ),
+        (
             "small-cnn npu f32",
             Box::new(move || {
                 classifier(
@@ -289,6 +295,10 @@ pub fn run_models(backend: &dyn Backend) -> Vec<ModelOutcome> {
         (
             "resnet18 npu f16 (export)",
             Box::new(move || exported(b, "resnet18", &target::NPU, F16)),
+        ),
+        (
+            "resnet18 gpu f16 (export, channels-last)",
+            Box::new(move || exported(b, "resnet18", &target::GPU, F16)),
         ),
         (
             "resnet18 cpu f32 (export)",

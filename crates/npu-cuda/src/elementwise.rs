@@ -8,6 +8,7 @@ use crate::launch::dtype_code;
 use npu_ir::pointwise::cuda_f32;
 use npu_ir::{TernaryOp, UnaryOp};
 use npu_program::expr::{Expr, Instr};
+use npu_program::iteration::coalesce_bindings;
 use npu_program::program::Binding;
 use std::fmt::Write;
 
@@ -32,8 +33,11 @@ fn dense_like(b: &Binding, out: &Binding) -> bool {
     b.strides == out.strides && out.is_contiguous()
 }
 
-/// The generated kernel (without the common header) and its name.
+/// The generated kernel (without the common header) and its name, over the step's
+/// coalesced iteration space (`npu_program::iteration`; the launch binds the same).
 pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (String, String) {
+    let (out, inputs) = coalesce_bindings(out, inputs);
+    let (out, inputs) = (&out, &inputs[..]);
     let rank = out.shape.len();
     let dense = inputs.iter().all(|b| dense_like(b, out));
     let mut body = String::new();

@@ -1,11 +1,13 @@
 //! The program contract between the compiler and every backend: a [`Program`] is a static
 //! list of steps, each a [`Kernel`] over [`Binding`]s into slots (`program`), with each
 //! kernel's operand contract stated once (`contract`), fused elementwise expressions
-//! (`expr`) and the `.npubin` container (`npubin`). Backends and the `.npubin` loader depend
+//! (`expr`), the pointwise iteration space every backend simplifies the same way
+//! (`iteration`) and the `.npubin` container (`npubin`). Backends and the `.npubin` loader depend
 //! on this crate, not on the compiler's passes.
 
 pub mod contract;
 pub mod expr;
+pub mod iteration;
 pub mod npubin;
 pub mod program;
 

@@ -57,7 +57,7 @@ impl Lowerer<'_> {
 
     fn out(&mut self, node: &CNode, i: usize) -> View {
         let v = node.outputs[i];
-        let hint = if self.padded.contains_key(&v) {
+        let hint = if self.laid.contains_key(&v) {
             None
         } else {
             self.layout_hint(v)

@@ -36,8 +36,10 @@ pub(crate) struct Lowerer<'m> {
     pub views: HashMap<ValueId, View>,
     pub bufs: Vec<Interval>,
     steps: Vec<PendingStep>,
-    /// Padded channel count of values the layout pass padded.
-    pub padded: HashMap<ValueId, usize>,
+    /// Stored channel count of the values the layout pass laid out (`passes::layout`):
+    /// channels padded, and channels-last when the target says so.
+    pub laid: HashMap<ValueId, usize>,
+    pub target: &'m Target,
     /// Node positions reading each value.
     pub users: Vec<Vec<usize>>,
     /// Graph outputs a compute node writes directly: value -> output index.
@@ -85,15 +87,20 @@ impl<'m> Lowerer<'m> {
         let ty = self.m.graph.ty(v);
         let dtype = self.storage(ty.dtype);
         let shape = ty.shape.clone();
-        if let Some(&cp) = self.padded.get(&v) {
+        if let Some(&cp) = self.laid.get(&v) {
             let [n, _c, h, w] = shape[..] else {
-                unreachable!("only 4-D values are padded")
+                unreachable!("only 4-D values are laid out")
             };
             let b = self.new_buf((n * cp * h * w * dtype.size_bytes()) as u64);
+            let strides = if self.target.channels_last {
+                vec![h * w * cp, 1, w * cp, cp]
+            } else {
+                vec![cp * h * w, h * w, w, 1]
+            };
             return View {
                 base: Base::Buf(b),
                 offset: 0,
-                strides: vec![cp * h * w, h * w, w, 1],
+                strides,
                 shape,
                 dtype,
             };
@@ -264,11 +271,11 @@ impl<'m> Lowerer<'m> {
 }
 
 /// Lowers a fused, laid-out module for `target` computing in `compute`.
-pub fn lower(
-    m: &Module,
-    target: &Target,
+pub fn lower<'m>(
+    m: &'m Module,
+    target: &'m Target,
     compute: DType,
-    padded: HashMap<ValueId, usize>,
+    laid: HashMap<ValueId, usize>,
 ) -> Result<Program, CompileError> {
     let g = &m.graph;
     let mut lw = Lowerer {
@@ -278,7 +285,8 @@ pub fn lower(
         views: HashMap::new(),
         bufs: Vec::new(),
         steps: Vec::new(),
-        padded,
+        laid,
+        target,
         users: g.users(),
         direct_out: HashMap::new(),
         donated: HashMap::new(),
@@ -414,7 +422,7 @@ fn assign_direct_outputs(lw: &mut Lowerer) {
             if !ok
                 || lw.users[src.idx()].len() != 1
                 || g.outputs.contains(&src)
-                || lw.padded.contains_key(&src)
+                || lw.laid.contains_key(&src)
             {
                 break;
             }
@@ -431,7 +439,7 @@ fn assign_direct_outputs(lw: &mut Lowerer) {
         let Some(&v) = chain.iter().rev().find(|v| writable(v)) else {
             continue;
         };
-        if !lw.direct_out.contains_key(&v) && !lw.padded.contains_key(&v) {
+        if !lw.direct_out.contains_key(&v) && !lw.laid.contains_key(&v) {
             lw.direct_out.insert(v, j as u32);
         }
     }

@@ -140,6 +140,96 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
         .input(rng, &[8, 128, 3, 3], F32)
         .output(&[1, 8, 6, 5], F32),
     );
+    // Channels-last activations (the `gpu` target): GEMMs over pixels (1x1 in place, 16-byte
+    // im2col rows, a channels-first image in), activations in place or in the f32 epilogue,
+    // padded channel pitches, depthwise with the channel fastest.
+    for (name, nchw_in, (n, c, h, wd, o, k, s, p, g), cpi, cpo, act) in [
+        (
+            "1x1",
+            false,
+            (2, 16, 5, 7, 24, 1, 1, 0, 1),
+            16,
+            24,
+            Some(UnaryOp::Relu),
+        ),
+        (
+            "1x1 stride 2",
+            false,
+            (2, 16, 9, 7, 8, 1, 2, 0, 1),
+            16,
+            8,
+            None,
+        ),
+        (
+            "3x3",
+            false,
+            (2, 16, 6, 5, 32, 3, 1, 1, 1),
+            24,
+            40,
+            Some(UnaryOp::Relu6),
+        ),
+        (
+            "3x3 stride 2 silu",
+            false,
+            (1, 24, 9, 9, 16, 3, 2, 1, 1),
+            24,
+            16,
+            Some(UnaryOp::Silu),
+        ),
+        (
+            "3x3 odd channels",
+            false,
+            (1, 6, 7, 6, 10, 3, 1, 1, 1),
+            8,
+            16,
+            Some(UnaryOp::Relu),
+        ),
+        (
+            "7x7 stride 2 from NCHW",
+            true,
+            (2, 3, 15, 13, 16, 7, 2, 3, 1),
+            3,
+            16,
+            Some(UnaryOp::Relu),
+        ),
+        (
+            "depthwise 3x3",
+            false,
+            (2, 24, 7, 7, 24, 3, 1, 1, 24),
+            24,
+            32,
+            Some(UnaryOp::Relu6),
+        ),
+        (
+            "grouped 3x3 stride 2",
+            false,
+            (1, 32, 8, 8, 16, 3, 2, 1, 4),
+            32,
+            16,
+            None,
+        ),
+    ] {
+        for dt in [F16, BF16, F32] {
+            let oh = (h + 2 * p - k) / s + 1;
+            let ow = (wd + 2 * p - k) / s + 1;
+            let case = Case::new(
+                format!(
+                    "conv {dt} nhwc {name} {n}x{c}x{h}x{wd} -> {o} k{k} s{s} p{p} g{g} {act:?}"
+                ),
+                conv(s, p, 1, g, act),
+            );
+            let case = if nchw_in {
+                case.input(rng, &[n, c, h, wd], dt)
+            } else {
+                case.nhwc_input(rng, [n, c, h, wd], dt, cpi)
+            };
+            v.push(
+                case.input(rng, &[o, c / g, k, k], dt)
+                    .input(rng, &[o], dt)
+                    .nhwc_output([n, o, oh, ow], dt, cpo),
+            );
+        }
+    }
     v.push(
         Case::new(
             "conv bf16 3x64x7x7 1x1 -> 40 (padded channels out)",

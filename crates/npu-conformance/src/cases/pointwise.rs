@@ -37,6 +37,33 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             .view(rng, &[3, 1, 1], BF16, &[3, 17, 129], &[1, 0, 0], 0)
             .output(&[3, 17, 129], BF16),
     );
+    // relu(x + r + b) over channels-last activations (a residual block's tail on the `gpu`
+    // target): dense, padded, a channels-first residual, a per-channel bias.
+    let residual = vec![
+        Instr::Load(0),
+        Instr::Load(1),
+        Instr::Binary(BinaryOp::Add),
+        Instr::Load(2),
+        Instr::Binary(BinaryOp::Add),
+        Instr::Unary(UnaryOp::Relu),
+    ];
+    for (dt, cp, nchw_r) in [(F16, 16, false), (BF16, 24, false), (F32, 16, true)] {
+        let s = [2, 16, 5, 7];
+        let case = Case::new(
+            format!("elementwise relu(x+r+b) {dt} nhwc pitch {cp}, channels-first r {nchw_r}"),
+            ew(residual.clone()),
+        )
+        .nhwc_input(rng, s, dt, cp);
+        let case = if nchw_r {
+            case.input(rng, &s, dt)
+        } else {
+            case.nhwc_input(rng, s, dt, cp)
+        };
+        v.push(
+            case.view(rng, &[16], dt, &s, &[0, 1, 0, 0], 0)
+                .nhwc_output(s, dt, cp),
+        );
+    }
     let gelu = vec![
         Instr::Load(0),
         Instr::Const(2.0),

@@ -93,5 +93,31 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             .output(&[n, c, oh, ow], dt),
         );
     }
+    // Channels-last inputs and outputs (the `gpu` target): every kernel walks them with the
+    // channel fastest; padded pitches in and out.
+    for (kind, what, dt) in [
+        (PoolKind::Max, "max", BF16),
+        (PoolKind::Max, "max", F32),
+        (avg(false, None), "avg without pad", F16),
+    ] {
+        v.push(
+            Case::new(
+                format!("pool {what} {dt} nhwc 2x12x9x7 k3 s2 p1"),
+                pool(kind, 3, 2, 1),
+            )
+            .nhwc_input(rng, [2, 12, 9, 7], dt, 16)
+            .nhwc_output([2, 12, 5, 4], dt, 16),
+        );
+    }
+    for (dt, [h, w], [oh, ow]) in [(F16, [7, 7], [1, 1]), (F32, [9, 6], [2, 3])] {
+        v.push(
+            Case::new(
+                format!("adaptive avgpool {dt} nhwc {h}x{w} -> {oh}x{ow}"),
+                Kernel::AdaptiveAvgPool2d,
+            )
+            .nhwc_input(rng, [2, 40, h, w], dt, 40)
+            .nhwc_output([2, 40, oh, ow], dt, 48),
+        );
+    }
     v
 }

@@ -4,6 +4,7 @@
 use super::{kl, td, Planner};
 use crate::launch::{grid_for, Arg, Launch};
 use npu_program::expr::Expr;
+use npu_program::iteration::coalesce_bindings;
 use npu_program::program::Binding;
 
 impl Planner<'_> {
@@ -18,8 +19,9 @@ impl Planner<'_> {
             .ew
             .get(&name)
             .ok_or("elementwise kernel was not compiled")?;
+        let (o, ins) = coalesce_bindings(o, ins);
         let mut args: Vec<Arg> = ins.iter().map(td).collect();
-        args.push(td(o));
+        args.push(td(&o));
         args.push(Arg::I64(o.numel() as i64));
         Ok(vec![kl(func, (grid_for(o.numel()), 1, 1), 256, 0, args)])
     }

@@ -6,6 +6,7 @@
 use super::activation;
 use super::view::{chunks_for, offset_in, with_scratch, View};
 use npu_program::expr::{clamp, round_to, Expr, Instr};
+use npu_program::iteration::coalesce;
 use rayon::prelude::*;
 
 const BLOCK: usize = 256;
@@ -28,6 +29,27 @@ fn max_depth(expr: &Expr) -> usize {
 
 /// out = expr(ins...), every input bound with the output's shape.
 pub fn elementwise(expr: &Expr, ins: &[View], out: &View) -> Result<(), String> {
+    // Walk the coalesced space (`npu_program::iteration`): a channels-last activation is
+    // one dense run instead of rows of channel-strided gathers.
+    let all: Vec<&[usize]> = std::iter::once(out.strides)
+        .chain(ins.iter().map(|v| v.strides))
+        .collect();
+    let (shape, st) = coalesce(out.shape, &all);
+    let out = &View {
+        shape: &shape,
+        strides: &st[0],
+        ..*out
+    };
+    let ins: Vec<View> = ins
+        .iter()
+        .zip(&st[1..])
+        .map(|(v, s)| View {
+            shape: &shape,
+            strides: s,
+            ..*v
+        })
+        .collect();
+    let ins = &ins[..];
     let r = out.rank();
     let last = if r == 0 { 1 } else { out.shape[r - 1] };
     if out.numel() == 0 {
