@@ -24,6 +24,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_reduce",
     "k_pool2d",
     "k_max_pool3_16",
+    "k_max_pool3_nhwc8",
     "k_adaptive_avg_pool2d",
     "k_adaptive_avg_pool2d_warp",
     "k_clear_err",
@@ -42,6 +43,8 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_attn_tiles",
     "k_attn_mma",
     "k_conv_direct",
+    "k_im2col_nhwc",
+    "k_act_rows16",
 ];
 
 pub(crate) fn library_source() -> String {

@@ -6,7 +6,7 @@
 
 use crate::launch::dtype_code;
 use npu_ir::pointwise::cuda_f32;
-use npu_ir::{TernaryOp, UnaryOp};
+use npu_ir::{DType, TernaryOp, UnaryOp};
 use npu_program::expr::{Expr, Instr};
 use npu_program::iteration::coalesce_bindings;
 use npu_program::program::Binding;
@@ -33,11 +33,31 @@ fn dense_like(b: &Binding, out: &Binding) -> bool {
     b.strides == out.strides && out.is_contiguous()
 }
 
+/// Elements per thread of a step's generated kernel over its coalesced bindings: 8 (16-byte
+/// loads and stores, `ld8`/`st8`) when every operand lies dense like the output in f32, f16
+/// or bf16 at a 16-byte aligned offset and the count is a multiple of 8; else 1. The
+/// planner sizes the grid by it.
+pub(crate) fn per_thread(inputs: &[Binding], out: &Binding) -> usize {
+    let wide = |b: &Binding| {
+        matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16) && b.byte_offset.is_multiple_of(16)
+    };
+    let ok = out.is_contiguous()
+        && out.numel().is_multiple_of(8)
+        && wide(out)
+        && inputs.iter().all(|b| dense_like(b, out) && wide(b));
+    if ok {
+        8
+    } else {
+        1
+    }
+}
+
 /// The generated kernel (without the common header) and its name, over the step's
 /// coalesced iteration space (`npu_program::iteration`; the launch binds the same).
 pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (String, String) {
     let (out, inputs) = coalesce_bindings(out, inputs);
     let (out, inputs) = (&out, &inputs[..]);
+    let vec8 = per_thread(inputs, out) == 8;
     let rank = out.shape.len();
     let dense = inputs.iter().all(|b| dense_like(b, out));
     let mut body = String::new();
@@ -49,9 +69,25 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
     let _ = writeln!(body, "({}) {{\n  pdl_enter();", params.join(", "));
     let _ = writeln!(
         body,
-        "  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {{"
+        "  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < {}; e += (i64)gridDim.x * blockDim.x) {{",
+        if vec8 { "(n >> 3)" } else { "n" }
     );
-    if dense || rank == 0 {
+    if vec8 {
+        for (i, b) in inputs.iter().enumerate() {
+            let _ = writeln!(
+                body,
+                "    float v{i}[8]; ld8(i{i}.ptr, {}, e, v{i});",
+                dtype_code(b.dtype)
+            );
+        }
+        let _ = writeln!(
+            body,
+            "    float r[8];\n#pragma unroll\n    for (int u = 0; u < 8; ++u) {{"
+        );
+        for i in 0..n_in {
+            let _ = writeln!(body, "    float a{i} = v{i}[u];");
+        }
+    } else if dense || rank == 0 {
         for i in 0..n_in {
             let _ = writeln!(body, "    i64 o{i} = e;");
         }
@@ -91,12 +127,14 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
             let _ = writeln!(body, " }}");
         }
     }
-    for (i, b) in inputs.iter().enumerate() {
-        let _ = writeln!(
-            body,
-            "    float a{i} = ld_dt(i{i}.ptr, {}, o{i});",
-            dtype_code(b.dtype)
-        );
+    if !vec8 {
+        for (i, b) in inputs.iter().enumerate() {
+            let _ = writeln!(
+                body,
+                "    float a{i} = ld_dt(i{i}.ptr, {}, o{i});",
+                dtype_code(b.dtype)
+            );
+        }
     }
     let mut stack: Vec<String> = Vec::new();
     let mut tmp = 0usize;
@@ -141,11 +179,16 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
         }
     }
     let result = stack.pop().unwrap_or_else(|| "0.0f".into());
-    let _ = writeln!(
-        body,
-        "    st_dt(out.ptr, {}, oo, {result});",
-        dtype_code(out.dtype)
-    );
+    if vec8 {
+        let _ = writeln!(body, "    r[u] = {result};\n    }}");
+        let _ = writeln!(body, "    st8(out.ptr, {}, e, r);", dtype_code(out.dtype));
+    } else {
+        let _ = writeln!(
+            body,
+            "    st_dt(out.ptr, {}, oo, {result});",
+            dtype_code(out.dtype)
+        );
+    }
     let _ = writeln!(body, "  }}\n}}");
     let name = format!("ew_{:016x}", crate::nvrtc::fnv1a(body.as_bytes()));
     (format!("extern \"C\" __global__ void {name}{body}"), name)

@@ -171,6 +171,17 @@ mod tests {
         assert!(code.contains(&name));
         let src = format!("{}\n{code}", crate::elementwise::common_source());
         compile(&src, (9, 0), "a generated kernel").unwrap();
+        // the 8-wide form: dense operands of 16-bit and f32 dtypes, a count divisible by 8
+        let ins = [
+            b(vec![4, 8], vec![8, 1], DType::BF16),
+            b(vec![4, 8], vec![8, 1], DType::F32),
+        ];
+        let out = b(vec![4, 8], vec![8, 1], DType::F16);
+        assert_eq!(crate::elementwise::per_thread(&ins, &out), 8);
+        let (code, _) = crate::elementwise::generate(&expr, &ins, &out);
+        assert!(code.contains("ld8(") && code.contains("st8("));
+        let src = format!("{}\n{code}", crate::elementwise::common_source());
+        compile(&src, (9, 0), "an 8-wide generated kernel").unwrap();
         // every row of the pointwise table, as the code generator emits it, in one module
         let mut exprs: Vec<Vec<Instr>> = Vec::new();
         for u in UnaryOp::all() {

@@ -37,9 +37,11 @@ def export(model: str, out: Path, extra: list[str], log: Path | None = None) -> 
     return out
 
 
-def compile_program(npu: str, ir: Path, out: Path, dtype: str, log: Path | None = None) -> Path:
+def compile_program(
+    npu: str, ir: Path, out: Path, dtype: str, log: Path | None = None, target: str = "npu"
+) -> Path:
     if not out.exists():
-        sh([npu, "compile", str(ir), "-o", str(out), "--dtype", dtype], log)
+        sh([npu, "compile", str(ir), "-o", str(out), "--dtype", dtype, "--target", target], log)
     return out
 
 

@@ -64,6 +64,28 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
                 .nhwc_output(s, dt, cp),
         );
     }
+    // Dense operands, a count divisible by 8: CUDA's 8-per-thread form (16-byte accesses).
+    let add_relu = vec![
+        Instr::Load(0),
+        Instr::Load(1),
+        Instr::Binary(BinaryOp::Add),
+        Instr::Unary(UnaryOp::Relu),
+    ];
+    v.push(
+        Case::new("elementwise relu(x+r) f16 nhwc dense", ew(add_relu.clone()))
+            .nhwc_input(rng, [2, 16, 5, 8], F16, 16)
+            .nhwc_input(rng, [2, 16, 5, 8], F16, 16)
+            .nhwc_output([2, 16, 5, 8], F16, 16),
+    );
+    v.push(
+        Case::new(
+            "elementwise relu(x+r) bf16 + f32 -> bf16 dense, NaN and infinities",
+            ew(add_relu),
+        )
+        .special_input(rng, &[3, 40, 8], BF16, 3)
+        .input(rng, &[3, 40, 8], F32)
+        .output(&[3, 40, 8], BF16),
+    );
     let gelu = vec![
         Instr::Load(0),
         Instr::Const(2.0),

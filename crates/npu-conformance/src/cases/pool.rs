@@ -109,6 +109,15 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             .nhwc_output([2, 12, 5, 4], dt, 16),
         );
     }
+    // eight channels per thread on CUDA (k_max_pool3_nhwc8)
+    v.push(
+        Case::new(
+            "pool max f16 nhwc 2x16x10x7 k3 s2 p1, pitch 24",
+            pool(PoolKind::Max, 3, 2, 1),
+        )
+        .nhwc_input(rng, [2, 16, 10, 7], F16, 24)
+        .nhwc_output([2, 16, 5, 4], F16, 16),
+    );
     for (dt, [h, w], [oh, ow]) in [(F16, [7, 7], [1, 1]), (F32, [9, 6], [2, 3])] {
         v.push(
             Case::new(

@@ -256,7 +256,7 @@ extern "C" __global__ void k_reduce(TD x, int reduced, int mean, TD out) {
 // dtype switch ran at a fifteenth of the copy bandwidth at batch 64): 32-bit index math, the
 // nine raw loads in flight together, out-of-range taps left out. NaN propagates as in
 // k_pool2d (and ATen).
-extern "C" __global__ void k_max_pool3_16(TD x, TD out, int sh, int sw, int ph, int pw) {
+extern "C" __global__ void k_max_pool3_16(TD x, TD out, int sh, int sw, int ph, int pw, int cl) {
   pdl_enter();
   unsigned C = (unsigned)out.sh[1], OH = (unsigned)out.sh[2], OW = (unsigned)out.sh[3];
   int H = (int)x.sh[2], W = (int)x.sh[3];
@@ -264,7 +264,8 @@ extern "C" __global__ void k_max_pool3_16(TD x, TD out, int sh, int sw, int ph, 
   const unsigned short* xp = (const unsigned short*)x.ptr;
   unsigned short* op = (unsigned short*)out.ptr;
   for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
-    unsigned ox = e % OW, t = e / OW, oy = t % OH, nc = t / OH, c = nc % C, n = nc / C;
+    unsigned n, c, oy, ox;
+    split_nchw<unsigned>(e, C, OH, OW, cl, n, c, oy, ox);
     i64 xb = n * x.st[0] + c * x.st[1];
     int hs = (int)oy * sh - ph, ws = (int)ox * sw - pw;
     unsigned short raw[9];
@@ -290,15 +291,60 @@ extern "C" __global__ void k_max_pool3_16(TD x, TD out, int sh, int sw, int ph, 
   }
 }
 
+// k_max_pool3_16 over a channels-last input and output, eight channels per thread: nine
+// 16-byte loads and one 16-byte store (C % 8 == 0 and 16-byte aligned channel runs; the
+// planner checks). NaN propagates per channel as in k_max_pool3_16.
+extern "C" __global__ void k_max_pool3_nhwc8(TD x, TD out, int sh, int sw, int ph, int pw) {
+  pdl_enter();
+  unsigned C8 = (unsigned)out.sh[1] / 8, OH = (unsigned)out.sh[2], OW = (unsigned)out.sh[3];
+  int H = (int)x.sh[2], W = (int)x.sh[3];
+  unsigned total = (unsigned)out.sh[0] * C8 * OH * OW;
+  const unsigned short* xp = (const unsigned short*)x.ptr;
+  unsigned short* op = (unsigned short*)out.ptr;
+  for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+    unsigned n, c8, oy, ox;
+    split_nchw<unsigned>(e, C8, OH, OW, 1, n, c8, oy, ox);
+    const i64 xb = n * x.st[0] + c8 * 8;
+    const int hs = (int)oy * sh - ph, ws = (int)ox * sw - pw;
+    uint4 raw[9];
+    bool in[9];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+#pragma unroll
+      for (int j = 0; j < 3; ++j) {
+        const int yy = hs + i, xx = ws + j;
+        in[i * 3 + j] = yy >= 0 && yy < H && xx >= 0 && xx < W;
+        const int yc = min(max(yy, 0), H - 1), xc = min(max(xx, 0), W - 1);
+        raw[i * 3 + j] = *(const uint4*)(xp + xb + yc * x.st[2] + xc * x.st[3]);
+      }
+    }
+    unsigned int w[4];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float m = -NPU_INF;
+#pragma unroll
+      for (int q = 0; q < 9; ++q) {
+        const unsigned int word = ((const unsigned int*)&raw[q])[k / 2];
+        const float v = h16_to_f32((unsigned short)((k & 1) ? word >> 16 : word & 0xffffu), x.dt);
+        if (in[q] && (v > m || v != v)) m = v;
+      }
+      const unsigned int h = x.dt == DT_BF16 ? f32_to_bf16(m) : f32_to_f16(m);
+      if (k & 1) w[k / 2] |= h << 16; else w[k / 2] = h;
+    }
+    *(uint4*)(op + n * out.st[0] + c8 * 8 + oy * out.st[2] + ox * out.st[3]) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 // kind 0 = max, 1 = avg. p = {kh, kw, sh, sw, ph, pw, dh, dw, count_include_pad, divisor (0 = none)}.
 extern "C" __global__ void k_pool2d(TD x, TD out, int kind, int kh, int kw, int sh, int sw, int ph,
-                                    int pw, int dh, int dw, int cip, int divisor) {
+                                    int pw, int dh, int dw, int cip, int divisor, int cl) {
   pdl_enter();
   i64 N = out.sh[0], C = out.sh[1], OH = out.sh[2], OW = out.sh[3];
   i64 H = x.sh[2], W = x.sh[3];
   i64 total = N * C * OH * OW;
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
-    i64 ox = e % OW, oy = (e / OW) % OH, c = (e / (OW * OH)) % C, n = e / (OW * OH * C);
+    i64 n, c, oy, ox;
+    split_nchw<i64>(e, C, OH, OW, cl, n, c, oy, ox);
     i64 xb = n * x.st[0] + c * x.st[1];
     i64 hs = oy * sh - ph, ws = ox * sw - pw;
     float v;
@@ -331,13 +377,14 @@ extern "C" __global__ void k_pool2d(TD x, TD out, int kind, int kh, int kw, int 
   }
 }
 
-extern "C" __global__ void k_adaptive_avg_pool2d(TD x, TD out) {
+extern "C" __global__ void k_adaptive_avg_pool2d(TD x, TD out, int cl) {
   pdl_enter();
   i64 N = out.sh[0], C = out.sh[1], OH = out.sh[2], OW = out.sh[3];
   i64 H = x.sh[2], W = x.sh[3];
   i64 total = N * C * OH * OW;
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
-    i64 ox = e % OW, oy = (e / OW) % OH, c = (e / (OW * OH)) % C, n = e / (OW * OH * C);
+    i64 n, c, oy, ox;
+    split_nchw<i64>(e, C, OH, OW, cl, n, c, oy, ox);
     i64 xb = n * x.st[0] + c * x.st[1];
     i64 h0 = oy * H / OH, h1 = ((oy + 1) * H + OH - 1) / OH;
     i64 w0 = ox * W / OW, w1 = ((ox + 1) * W + OW - 1) / OW;
@@ -352,7 +399,7 @@ extern "C" __global__ void k_adaptive_avg_pool2d(TD x, TD out) {
 // Adaptive average pooling with one warp per output, for windows of a warp's size or more (the
 // global pooling of squeeze-excitation blocks: one thread per output summed thousands of
 // pixels serially). Lanes stride over the window; the same bounds as k_adaptive_avg_pool2d.
-extern "C" __global__ void k_adaptive_avg_pool2d_warp(TD x, TD out) {
+extern "C" __global__ void k_adaptive_avg_pool2d_warp(TD x, TD out, int cl) {
   pdl_enter();
   i64 N = out.sh[0], C = out.sh[1], OH = out.sh[2], OW = out.sh[3];
   i64 H = x.sh[2], W = x.sh[3];
@@ -360,7 +407,8 @@ extern "C" __global__ void k_adaptive_avg_pool2d_warp(TD x, TD out) {
   int lane = threadIdx.x & 31;
   i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
   for (i64 e = blockIdx.x * (i64)(blockDim.x >> 5) + (threadIdx.x >> 5); e < total; e += warps) {
-    i64 ox = e % OW, oy = (e / OW) % OH, c = (e / (OW * OH)) % C, n = e / (OW * OH * C);
+    i64 n, c, oy, ox;
+    split_nchw<i64>(e, C, OH, OW, cl, n, c, oy, ox);
     i64 xb = n * x.st[0] + c * x.st[1];
     i64 h0 = oy * H / OH, h1 = ((oy + 1) * H + OH - 1) / OH;
     i64 w0 = ox * W / OW, w1 = ((ox + 1) * W + OW - 1) / OW;

@@ -215,3 +215,59 @@ __device__ __forceinline__ float block_max(float v) {
 
 // Records the first failing step (1-based) in the run's error word.
 __device__ __forceinline__ void report(int* err, int step) { atomicCAS(err, 0, step + 1); }
+
+// Splits a flat index over an [N, C, H, W] output into (n, c, y, x): x fastest, or c fastest
+// when the output is channels-last (cl), so that neighbouring threads touch neighbouring
+// addresses in either layout. I is the index type (32-bit where the sizes fit).
+template <typename I>
+__device__ __forceinline__ void split_nchw(I e, I C, I H, I W, int cl, I& n, I& c, I& y, I& x) {
+  if (cl) {
+    c = e % C;
+    e /= C;
+    x = e % W;
+    e /= W;
+    y = e % H;
+    n = e / H;
+  } else {
+    x = e % W;
+    e /= W;
+    y = e % H;
+    e /= H;
+    c = e % C;
+    n = e / C;
+  }
+}
+
+// Elements 8e .. 8e+7 of a 16-byte aligned f32/f16/bf16 array as f32 (one or two 16-byte
+// loads), and the rounding store of eight; dt is a literal in generated code, so the branch
+// folds away.
+__device__ __forceinline__ void ld8(u64 p, int dt, i64 e, float* v) {
+  if (dt == DT_F32) {
+    const float4 a = ((const float4*)p)[2 * e], b = ((const float4*)p)[2 * e + 1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+  } else {
+    const uint4 u = ((const uint4*)p)[e];
+    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v[2 * k] = h16_to_f32((unsigned short)(w[k] & 0xffffu), dt);
+      v[2 * k + 1] = h16_to_f32((unsigned short)(w[k] >> 16), dt);
+    }
+  }
+}
+__device__ __forceinline__ void st8(u64 p, int dt, i64 e, const float* v) {
+  if (dt == DT_F32) {
+    ((float4*)p)[2 * e] = make_float4(v[0], v[1], v[2], v[3]);
+    ((float4*)p)[2 * e + 1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    unsigned int w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const unsigned int lo = dt == DT_BF16 ? f32_to_bf16(v[2 * k]) : f32_to_f16(v[2 * k]);
+      const unsigned int hi = dt == DT_BF16 ? f32_to_bf16(v[2 * k + 1]) : f32_to_f16(v[2 * k + 1]);
+      w[k] = lo | (hi << 16);
+    }
+    ((uint4*)p)[e] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}

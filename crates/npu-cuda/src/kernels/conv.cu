@@ -4,22 +4,20 @@
 // group. One thread per output element with x fastest, so a warp reads neighbouring pixels of
 // one channel and every lane shares the weight taps (a broadcast). Accumulation in f32 over the
 // group's cg x kh x kw taps; padding taps are skipped (they add zero, as PyTorch's direct
-// kernels do); then bias, the fused activation and one rounding store.
+// kernels do); then bias, the fused activation and one rounding store. A channels-last output
+// (cl) takes the channel fastest instead, so a warp reads neighbouring channels of one pixel.
 extern "C" __global__ void __launch_bounds__(256) k_conv_direct(TD x, TD w, TD bias, int has_bias, int act,
                                                                TD out, int groups, int sh, int sw, int ph,
-                                                               int pw, int dh, int dw) {
+                                                               int pw, int dh, int dw, int cl) {
   pdl_enter();
   const int O = (int)out.sh[1], OH = (int)out.sh[2], OW = (int)out.sh[3];
   const int H = (int)x.sh[2], W = (int)x.sh[3];
   const int cg = (int)x.sh[1] / groups, og = O / groups, KH = (int)w.sh[2], KW = (int)w.sh[3];
   const i64 total = out.sh[0] * (i64)O * OH * OW;
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
-    const int ox = (int)(e % OW);
-    i64 t = e / OW;
-    const int oy = (int)(t % OH);
-    t /= OH;
-    const int o = (int)(t % O);
-    const i64 n = t / O;
+    i64 n, o64, oy64, ox64;
+    split_nchw<i64>(e, O, OH, OW, cl, n, o64, oy64, ox64);
+    const int o = (int)o64, oy = (int)oy64, ox = (int)ox64;
     const int g = o / og;
     const int y0 = oy * sh - ph, x0 = ox * sw - pw;
     float acc = 0.0f;
@@ -39,5 +37,80 @@ extern "C" __global__ void __launch_bounds__(256) k_conv_direct(TD x, TD w, TD b
     if (has_bias) acc += ld(bias, o * bias.st[bias.rank - 1]);
     if (act >= 0) acc = apply_unary(act, acc);
     st(out, n * out.st[0] + o * out.st[1] + oy * out.st[2] + ox * out.st[3], acc);
+  }
+}
+
+// im2col for a channels-last 16-bit input: row p of col (an output pixel, n-major) holds the
+// C x kh x kw taps in the weight's own [C, kh, kw] order, so the dense [O, C, kh, kw] weight
+// is the GEMM's other operand as it lies. The taps of `pp` pixels are read as whole 16-byte
+// channel runs into shared memory ([pixel][tap][C], zeros outside the image), then each row
+// is written in 16-byte pieces gathered across taps: every global access is 16 bytes.
+// Requires C % 8 == 0 and 16-byte aligned channel runs (the planner checks).
+extern "C" __global__ void __launch_bounds__(256) k_im2col_nhwc(TD x, int kh, int kw, int sh, int sw, int ph,
+                                                               int pw, int dh, int dw, int OH, int OW, int pp,
+                                                               u64 col) {
+  pdl_enter();
+  extern __shared__ uint4 taps4[];
+  unsigned short* taps = (unsigned short*)taps4;
+  const int C = (int)x.sh[1], H = (int)x.sh[2], W = (int)x.sh[3];
+  const int KK = kh * kw, K = C * KK, c8 = C / 8, k8 = K / 8;
+  const i64 P = x.sh[0] * (i64)OH * OW;
+  const unsigned short* xp = (const unsigned short*)x.ptr;
+  for (i64 p0 = (i64)blockIdx.x * pp; p0 < P; p0 += (i64)gridDim.x * pp) {
+    const int np = (int)min((i64)pp, P - p0);
+    __syncthreads();
+    for (int e = threadIdx.x; e < np * KK * c8; e += blockDim.x) {
+      const int cv = e % c8, t = (e / c8) % KK, q = e / (c8 * KK);
+      const i64 p = p0 + q;
+      const int ox = (int)(p % OW), oy = (int)((p / OW) % OH);
+      const i64 n = p / ((i64)OW * OH);
+      const int yy = oy * sh - ph + (t / kw) * dh, xx = ox * sw - pw + (t % kw) * dw;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (yy >= 0 && yy < H && xx >= 0 && xx < W)
+        v = *(const uint4*)(xp + n * x.st[0] + yy * x.st[2] + xx * x.st[3] + cv * 8);
+      taps4[(q * KK + t) * c8 + cv] = v;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < np * k8; e += blockDim.x) {
+      const int q = e / k8, j0 = (e % k8) * 8;
+      unsigned int h[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int j = j0 + u, c = j / KK, t = j - c * KK;
+        h[u] = taps[(q * KK + t) * C + c];
+      }
+      uint4 w;
+      w.x = h[0] | (h[1] << 16);
+      w.y = h[2] | (h[3] << 16);
+      w.z = h[4] | (h[5] << 16);
+      w.w = h[6] | (h[7] << 16);
+      ((uint4*)col)[((p0 + q) * K + j0) >> 3] = w;
+    }
+  }
+}
+
+// In-place activation of a 16-bit [rows, cols] matrix with rows `ld` elements apart (a
+// channels-last convolution's output after cuBLASLt added the bias and rounded): only for
+// activations that commute with rounding (ReLU, ReLU6), so act(round(v)) is round(act(v)),
+// the one rounding PyTorch does; NaN stays NaN. cols and ld are multiples of 8, and the rows
+// 16-byte aligned (the planner checks): 16 bytes per thread.
+extern "C" __global__ void k_act_rows16(u64 ptr, i64 rows, int cols, i64 ld, int dt, int act) {
+  pdl_enter();
+  const int c8 = cols / 8;
+  const i64 total = rows * c8;
+  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
+    const i64 r = e / c8;
+    uint4* p = (uint4*)((unsigned short*)ptr + r * ld + (e - r * c8) * 8);
+    uint4 v = *p;
+    unsigned int* w = (unsigned int*)&v;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float lo = apply_unary(act, h16_to_f32((unsigned short)(w[u] & 0xffffu), dt));
+      const float hi = apply_unary(act, h16_to_f32((unsigned short)(w[u] >> 16), dt));
+      const unsigned int l16 = dt == DT_BF16 ? f32_to_bf16(lo) : f32_to_f16(lo);
+      const unsigned int h16 = dt == DT_BF16 ? f32_to_bf16(hi) : f32_to_f16(hi);
+      w[u] = l16 | (h16 << 16);
+    }
+    *p = v;
   }
 }

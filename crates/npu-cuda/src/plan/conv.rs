@@ -6,7 +6,7 @@ use crate::gemm::{plan_lt, LtDest};
 use crate::launch::{dtype_code, grid_for, Arg, Launch, TdArg};
 use crate::loc::Loc;
 use crate::lt_call::LtCall;
-use npu_ir::DType;
+use npu_ir::{DType, UnaryOp};
 use npu_program::program::{Binding, ConvDims};
 
 /// Grouped convolutions whose group reduces over at most this many taps (cg x kh x kw) run as
@@ -18,7 +18,9 @@ pub(crate) struct ConvP {
     pub padding: [usize; 2],
     pub dilation: [usize; 2],
     pub groups: usize,
+    /// The activation's kernel code (`unary_code`), and the op itself.
     pub act: i32,
+    pub act_op: Option<UnaryOp>,
 }
 
 impl Planner<'_> {
@@ -30,6 +32,16 @@ impl Planner<'_> {
         bias: Option<&Binding>,
         out: &Binding,
     ) -> Result<StepPlan, String> {
+        let dims = ConvDims::check(
+            &x.shape,
+            &w.shape,
+            bias.map(|b| b.shape.as_slice()),
+            &out.shape,
+            p.stride,
+            p.padding,
+            p.dilation,
+            p.groups,
+        )?;
         let ConvDims {
             n,
             h,
@@ -42,20 +54,14 @@ impl Planner<'_> {
             ow,
             groups: g,
             ..
-        } = ConvDims::check(
-            &x.shape,
-            &w.shape,
-            bias.map(|b| b.shape.as_slice()),
-            &out.shape,
-            p.stride,
-            p.padding,
-            p.dilation,
-            p.groups,
-        )?;
+        } = dims;
         let og = o / g;
         let kc = cg * kh * kw;
         if g > 1 && kc <= DIRECT_CONV_MAX_TAPS {
             return Ok(self.conv_direct(p, x, w, bias, out, n * o * oh * ow));
+        }
+        if let Some(plan) = self.conv_channels_last(p, &dims, x, w, bias, out)? {
+            return Ok(plan);
         }
         let cols = n * oh * ow;
         let wdt = if w.dtype.is_float() && w.dtype != DType::F64 {
@@ -79,7 +85,6 @@ impl Planner<'_> {
             && (h == 1 || x.strides[2] == wd);
         let mut launches = Vec::new();
         for gi in 0..g {
-            let i = |v: usize| Arg::I32(v as i32);
             let lt = if pointwise {
                 self.conv_1x1_lt(x, w, gi, [n, cg, og, oh * ow], d_off)?
             } else {
@@ -90,41 +95,7 @@ impl Planner<'_> {
                 launches.push(self.conv_epilogue(p, bias, out, gi, og, cols, d_off));
                 continue;
             }
-            // 32-bit index kernels (2-D grids) when the sizes fit, else the 64-bit ones.
-            let small = cols < i32::MAX as usize && h * wd < i32::MAX as usize;
-            let (im2col, im_grid) = if wdt.size_bytes() == 2 && cols % 8 == 0 {
-                ("k_im2col8", (grid_for(kc * cols / 8), 1, 1))
-            } else if small {
-                (
-                    "k_im2col2",
-                    (cols.div_ceil(256).min(4096) as u32, kc.min(65535) as u32, 1),
-                )
-            } else {
-                ("k_im2col", (grid_for(kc * cols), 1, 1))
-            };
-            launches.push(kl(
-                self.f(im2col),
-                im_grid,
-                256,
-                0,
-                vec![
-                    Arg::Td(TdArg::of(x)),
-                    i(gi * cg),
-                    i(cg),
-                    i(kh),
-                    i(kw),
-                    i(p.stride[0]),
-                    i(p.stride[1]),
-                    i(p.padding[0]),
-                    i(p.padding[1]),
-                    i(p.dilation[0]),
-                    i(p.dilation[1]),
-                    i(oh),
-                    i(ow),
-                    Arg::Ptr(0, Loc::Scratch(col_off)),
-                    Arg::I32(dtype_code(wdt)),
-                ],
-            ));
+            launches.push(self.im2col(p, &dims, x, wdt, gi, col_off));
             // W_g as [og, kc] (from the 4-D weight's strides when it is dense).
             let w_st = if w_dense {
                 [kc as i64, 1]
@@ -177,6 +148,57 @@ impl Planner<'_> {
             launches,
             scratch: col_bytes + d_bytes,
         })
+    }
+
+    /// Group `gi`'s columns [cg·kh·kw, N·OH·OW] in `wdt` at scratch `col_off` (pixels
+    /// n-major, taps in the weight's [cg, kh, kw] order).
+    pub(super) fn im2col(
+        &self,
+        p: &ConvP,
+        d: &ConvDims,
+        x: &Binding,
+        wdt: DType,
+        gi: usize,
+        col_off: u64,
+    ) -> Launch {
+        let (cg, kh, kw) = (d.cg, d.kh, d.kw);
+        let (kc, cols) = (cg * kh * kw, d.n * d.oh * d.ow);
+        let i = |v: usize| Arg::I32(v as i32);
+        // 32-bit index kernels (2-D grids) when the sizes fit, else the 64-bit ones.
+        let small = cols < i32::MAX as usize && d.h * d.w < i32::MAX as usize;
+        let (im2col, im_grid) = if wdt.size_bytes() == 2 && cols % 8 == 0 {
+            ("k_im2col8", (grid_for(kc * cols / 8), 1, 1))
+        } else if small {
+            (
+                "k_im2col2",
+                (cols.div_ceil(256).min(4096) as u32, kc.min(65535) as u32, 1),
+            )
+        } else {
+            ("k_im2col", (grid_for(kc * cols), 1, 1))
+        };
+        kl(
+            self.f(im2col),
+            im_grid,
+            256,
+            0,
+            vec![
+                Arg::Td(TdArg::of(x)),
+                i(gi * cg),
+                i(cg),
+                i(kh),
+                i(kw),
+                i(p.stride[0]),
+                i(p.stride[1]),
+                i(p.padding[0]),
+                i(p.padding[1]),
+                i(p.dilation[0]),
+                i(p.dilation[1]),
+                i(d.oh),
+                i(d.ow),
+                Arg::Ptr(0, Loc::Scratch(col_off)),
+                Arg::I32(dtype_code(wdt)),
+            ],
+        )
     }
 
     /// Group `gi` of a 1x1 convolution over dense planes as one cuBLASLt GEMM batched over the
@@ -288,6 +310,7 @@ impl Planner<'_> {
                     i(p.padding[1]),
                     i(p.dilation[0]),
                     i(p.dilation[1]),
+                    super::pool::channels_last(out),
                 ],
             )],
             scratch: 0,

@@ -40,18 +40,7 @@ impl Planner<'_> {
             (true, true) => 2,
         };
         let o = TdArg::of(out);
-        let (b_sk, b_sn) = (bn.td.st[r - 2], bn.td.st[r - 1]);
-        let gemv = m == 1
-            && b_sk == 1
-            && (1..=12288).contains(&k)
-            && batches <= 65535
-            && b.dtype.is_float();
-        let esz = b.dtype.size_bytes() as u64;
-        let off_ok = matches!(bn.loc, Loc::Slot(_, off) if off % 16 == 0);
-        let bs_ok = (0..r - 2).all(|d| bn.td.st[d] % 8 == 0);
-        let vec = esz == 2 && k % 8 == 0 && b_sn % 8 == 0 && off_ok && bs_ok;
-        // Same 16-bit dtype on both sides: a is staged raw (half the shared memory).
-        let raw16 = gemv && vec && a.dtype == b.dtype;
+        let GemvPath { gemv, vec, raw16 } = gemv_path(&bn, a.dtype, b.dtype, m, k, batches);
         // The RMSNorm prologue: in k_gemv16's staging of a, or else one k_rms_norm launch
         // into scratch (after the cuBLASLt result) that the GEMM reads as its a.
         let mut pre = Vec::new();
@@ -115,7 +104,7 @@ impl Planner<'_> {
     }
 
     /// The GEMM's launches once its operands are bound (see `gemm`).
-    fn gemm_paths(&self, g: GemmPaths) -> Result<StepPlan, String> {
+    pub(super) fn gemm_paths(&self, g: GemmPaths) -> Result<StepPlan, String> {
         let GemmPaths {
             alpha,
             beta,
@@ -298,27 +287,60 @@ impl Planner<'_> {
     }
 }
 
-/// A GEMM's bound operands and the path facts `gemm` decided (see `gemm_paths`).
-struct GemmPaths {
-    alpha: f32,
-    beta: f32,
-    act: i32,
-    bias_mode: i32,
+/// Whether a GEMM takes the GEMV kernels, and which.
+pub(super) struct GemvPath {
+    /// One row of a, b contiguous along K: `k_gemv16` or `k_gemv`.
+    pub gemv: bool,
+    /// 16-bit b with 16-byte aligned rows (`k_gemv`'s vector loads).
+    pub vec: bool,
+    /// Same 16-bit dtype on both sides: `k_gemv16`, a staged raw (half the shared memory).
+    pub raw16: bool,
+}
+
+/// The GEMV decision for D[batches, m, n] = a @ b with b bound as `bn` (rank >= 2).
+pub(super) fn gemv_path(
+    bn: &TdArg,
     a_dtype: npu_ir::DType,
     b_dtype: npu_ir::DType,
-    an: TdArg,
-    bn: TdArg,
-    biasn: Option<TdArg>,
-    o: TdArg,
-    /// k_gemv16's norm prologue operands: weight, on, eps.
-    norm: (TdArg, i32, f32),
     m: usize,
-    n: usize,
     k: usize,
     batches: usize,
-    gemv: bool,
-    vec: bool,
-    raw16: bool,
-    out_numel: usize,
-    out_dtype: npu_ir::DType,
+) -> GemvPath {
+    let r = bn.td.rank as usize;
+    let (b_sk, b_sn) = (bn.td.st[r - 2], bn.td.st[r - 1]);
+    let gemv =
+        m == 1 && b_sk == 1 && (1..=12288).contains(&k) && batches <= 65535 && b_dtype.is_float();
+    let off_ok = matches!(bn.loc, Loc::Slot(_, off) if off % 16 == 0);
+    let bs_ok = (0..r - 2).all(|d| bn.td.st[d] % 8 == 0);
+    let vec = b_dtype.size_bytes() == 2 && k.is_multiple_of(8) && b_sn % 8 == 0 && off_ok && bs_ok;
+    GemvPath {
+        gemv,
+        vec,
+        raw16: gemv && vec && a_dtype == b_dtype,
+    }
+}
+
+/// A GEMM's bound operands and the path facts `gemm` decided (see `gemm_paths`).
+pub(super) struct GemmPaths {
+    pub alpha: f32,
+    pub beta: f32,
+    pub act: i32,
+    pub bias_mode: i32,
+    pub a_dtype: npu_ir::DType,
+    pub b_dtype: npu_ir::DType,
+    pub an: TdArg,
+    pub bn: TdArg,
+    pub biasn: Option<TdArg>,
+    pub o: TdArg,
+    /// k_gemv16's norm prologue operands: weight, on, eps.
+    pub norm: (TdArg, i32, f32),
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batches: usize,
+    pub gemv: bool,
+    pub vec: bool,
+    pub raw16: bool,
+    pub out_numel: usize,
+    pub out_dtype: npu_ir::DType,
 }

@@ -8,6 +8,7 @@
 
 mod attention;
 mod conv;
+mod conv_cl;
 mod gather;
 mod gemm;
 mod pointwise;
@@ -117,6 +118,7 @@ impl Planner<'_> {
                     dilation: *dilation,
                     groups: *groups,
                     act: unary_code(*act),
+                    act_op: *act,
                 };
                 self.conv(&p, &ins[0], &ins[1], ins.get(2), out)
             }

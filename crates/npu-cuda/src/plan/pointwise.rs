@@ -20,10 +20,11 @@ impl Planner<'_> {
             .get(&name)
             .ok_or("elementwise kernel was not compiled")?;
         let (o, ins) = coalesce_bindings(o, ins);
+        let threads = o.numel() / crate::elementwise::per_thread(&ins, &o);
         let mut args: Vec<Arg> = ins.iter().map(td).collect();
         args.push(td(&o));
         args.push(Arg::I64(o.numel() as i64));
-        Ok(vec![kl(func, (grid_for(o.numel()), 1, 1), 256, 0, args)])
+        Ok(vec![kl(func, (grid_for(threads), 1, 1), 256, 0, args)])
     }
 
     pub(super) fn rope(

@@ -4,6 +4,13 @@ use super::{kl, Planner};
 use crate::launch::{grid_for, Arg, Launch, TdArg};
 use npu_program::program::{Binding, PoolKind};
 
+/// The kernels' `cl` flag: a channels-last output is walked with the channel fastest.
+pub(super) fn channels_last(o: &Binding) -> Arg {
+    Arg::I32(i32::from(
+        o.shape.len() == 4 && o.strides[1] == 1 && o.shape[1] > 1,
+    ))
+}
+
 impl Planner<'_> {
     /// `window` is [kernel, stride, padding, dilation], each [h, w].
     pub(super) fn pool2d(
@@ -20,6 +27,28 @@ impl Planner<'_> {
             && x.dtype.size_bytes() == 2
             && x.dtype.is_float()
             && o.numel() < (1 << 31);
+        let aligned = |b: &Binding| {
+            b.strides[1] == 1
+                && [0, 2, 3].iter().all(|&i| b.strides[i].is_multiple_of(8))
+                && b.byte_offset.is_multiple_of(16)
+        };
+        if fast && o.shape[1].is_multiple_of(8) && aligned(x) && aligned(o) {
+            let args = vec![
+                Arg::Td(TdArg::of(x)),
+                Arg::Td(TdArg::of(o)),
+                Arg::I32(sh as i32),
+                Arg::I32(sw as i32),
+                Arg::I32(ph as i32),
+                Arg::I32(pw as i32),
+            ];
+            return vec![kl(
+                self.f("k_max_pool3_nhwc8"),
+                (grid_for(o.numel() / 8), 1, 1),
+                256,
+                0,
+                args,
+            )];
+        }
         if fast {
             let args = vec![
                 Arg::Td(TdArg::of(x)),
@@ -28,6 +57,7 @@ impl Planner<'_> {
                 Arg::I32(sw as i32),
                 Arg::I32(ph as i32),
                 Arg::I32(pw as i32),
+                channels_last(o),
             ];
             return vec![kl(
                 self.f("k_max_pool3_16"),
@@ -46,7 +76,7 @@ impl Planner<'_> {
         };
         let mut args = vec![Arg::Td(TdArg::of(x)), Arg::Td(TdArg::of(o)), Arg::I32(k)];
         args.extend(window.iter().flatten().map(|&v| Arg::I32(v as i32)));
-        args.extend([Arg::I32(cip), Arg::I32(div)]);
+        args.extend([Arg::I32(cip), Arg::I32(div), channels_last(o)]);
         vec![kl(
             self.f("k_pool2d"),
             (grid_for(o.numel()), 1, 1),
@@ -70,7 +100,11 @@ impl Planner<'_> {
             (grid, 1, 1),
             256,
             0,
-            vec![Arg::Td(TdArg::of(x)), Arg::Td(TdArg::of(o))],
+            vec![
+                Arg::Td(TdArg::of(x)),
+                Arg::Td(TdArg::of(o)),
+                channels_last(o),
+            ],
         )]
     }
 }

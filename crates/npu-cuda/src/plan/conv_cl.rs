@@ -1,0 +1,177 @@
+//! Channels-last convolutions (one group) as one GEMM over output pixels:
+//! D[P, O] = A[P, K] · W[O, K]ᵀ with P = N·OH·OW and K = C·kh·kw in the weight's own
+//! [C, kh, kw] order, so the dense weight is the B operand as it lies and cuBLASLt writes
+//! the NHWC output in its dtype with the bias epilogue (no f32 round trip, no epilogue kernel).
+//!
+//! A is the input itself for a 1x1, stride-1, unpadded convolution over evenly spaced pixels;
+//! else the rows `k_im2col_nhwc` gathers from 16-byte channel runs; else (a channels-first
+//! input, such as the graph's image) the NCHW im2col's columns, read transposed. ReLU and
+//! ReLU6 commute with rounding, so they follow in place (`k_act_rows16`); other activations
+//! take the GEMM's f32 epilogue, which keeps one rounding.
+
+use super::conv::ConvP;
+use super::gemm::{gemv_path, GemmPaths, GemvPath};
+use super::{align, kl, Planner, StepPlan, SCRATCH0};
+use crate::launch::{dtype_code, grid_for, Arg, TdArg};
+use crate::loc::Loc;
+use npu_ir::{DType, UnaryOp};
+use npu_program::program::{Binding, ConvDims};
+
+/// Shared memory `k_im2col_nhwc` may take per block (the default limit, no opt-in).
+const IM2COL_SMEM: usize = 48 * 1024;
+
+/// The stride between neighbouring pixels of a channels-last [N, C, H, W] binding whose
+/// pixels are evenly spaced (rows of a [N·H·W, C] matrix), or `None`.
+fn pixel_rows(b: &Binding) -> Option<usize> {
+    let [n, _, h, w] = b.shape[..] else {
+        return None;
+    };
+    let ps = b.strides[3];
+    let even = b.strides[1] == 1
+        && (w == 1 || ps > 0)
+        && (h == 1 || b.strides[2] == w * ps)
+        && (n == 1 || b.strides[0] == h * w * ps);
+    even.then_some(ps)
+}
+
+fn slot_aligned(t: &TdArg) -> bool {
+    !matches!(t.loc, Loc::Slot(_, off) if off % 16 != 0)
+}
+
+impl Planner<'_> {
+    /// The channels-last GEMM plan, or `None` when the operands do not fit it (the caller
+    /// takes the channels-first path).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn conv_channels_last(
+        &self,
+        p: &ConvP,
+        d: &ConvDims,
+        x: &Binding,
+        w: &Binding,
+        bias: Option<&Binding>,
+        out: &Binding,
+    ) -> Result<Option<StepPlan>, String> {
+        let dt = w.dtype;
+        let Some(os) = pixel_rows(out) else {
+            return Ok(None);
+        };
+        if d.groups != 1
+            || !matches!(dt, DType::F16 | DType::BF16 | DType::F32)
+            || x.dtype != dt
+            || out.dtype != dt
+            || !w.is_contiguous()
+        {
+            return Ok(None);
+        }
+        let (m, o, k) = (d.n * d.oh * d.ow, d.o, d.c * d.kh * d.kw);
+        let d_bytes = align((m * o * 4) as u64);
+        let col_off = SCRATCH0 + d_bytes;
+        let xa = TdArg::of(x);
+        let x16 = dt.size_bytes() == 2
+            && x.strides[1] == 1
+            && d.c.is_multiple_of(8)
+            && [0, 2, 3].iter().all(|&i| x.strides[i].is_multiple_of(8))
+            && slot_aligned(&xa);
+        let pointwise = d.kh == 1 && d.kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
+        let mut launches = Vec::new();
+        let (a, col_bytes) = match pixel_rows(x) {
+            Some(xs) if pointwise => (xa.laid_out(&[m as i64, k as i64], &[xs as i64, 1]), 0),
+            _ if x16 && d.kh * d.kw * d.c * 2 <= IM2COL_SMEM => {
+                let per_pixel = d.kh * d.kw * d.c * 2;
+                // Pixels per block: about 16 KB of taps, at least one.
+                let pp = (16 * 1024 / per_pixel).max(1);
+                let blocks = m.div_ceil(pp).min(1 << 20);
+                let i = |v: usize| Arg::I32(v as i32);
+                launches.push(kl(
+                    self.f("k_im2col_nhwc"),
+                    (blocks as u32, 1, 1),
+                    256,
+                    (pp * per_pixel) as u32,
+                    vec![
+                        Arg::Td(xa),
+                        i(d.kh),
+                        i(d.kw),
+                        i(p.stride[0]),
+                        i(p.stride[1]),
+                        i(p.padding[0]),
+                        i(p.padding[1]),
+                        i(p.dilation[0]),
+                        i(p.dilation[1]),
+                        i(d.oh),
+                        i(d.ow),
+                        i(pp),
+                        Arg::Ptr(0, Loc::Scratch(col_off)),
+                    ],
+                ));
+                let col = TdArg::scratch(col_off, dt, &[m, k]);
+                (col, (m * k * 2) as u64)
+            }
+            _ => {
+                launches.push(self.im2col(p, d, x, dt, 0, col_off));
+                let col = TdArg::scratch(col_off, dt, &[k, m])
+                    .laid_out(&[m as i64, k as i64], &[1, m as i64]);
+                (col, (m * k * dt.size_bytes()) as u64)
+            }
+        };
+        // Activations that commute with rounding run in place after cuBLASLt's rounding store.
+        let in_place = matches!(p.act_op, Some(UnaryOp::Relu | UnaryOp::Relu6))
+            && dt.size_bytes() == 2
+            && o.is_multiple_of(8)
+            && os.is_multiple_of(8)
+            && slot_aligned(&TdArg::of(out));
+        let gemm_act = if in_place { -1 } else { p.act };
+        let bias_arg = bias.map(|b| {
+            TdArg::of(b).laid_out(
+                &[m as i64, o as i64],
+                &[0, b.strides[b.shape.len() - 1] as i64],
+            )
+        });
+        let bn = TdArg::of(w).laid_out(&[k as i64, o as i64], &[1, k as i64]);
+        // A single output pixel (squeeze-excitation's 1x1 convolutions): the GEMV kernels.
+        let GemvPath { gemv, vec, raw16 } = gemv_path(&bn, dt, dt, m, k, 1);
+        let plan = self.gemm_paths(GemmPaths {
+            alpha: 1.0,
+            beta: 1.0,
+            act: gemm_act,
+            bias_mode: i32::from(bias.is_some()),
+            a_dtype: dt,
+            b_dtype: dt,
+            an: a,
+            bn,
+            biasn: bias_arg,
+            o: TdArg::of(out).laid_out(&[m as i64, o as i64], &[os as i64, 1]),
+            norm: (TdArg::null(), 0, 0.0),
+            m,
+            n: o,
+            k,
+            batches: 1,
+            gemv,
+            vec,
+            raw16,
+            out_numel: m * o,
+            out_dtype: dt,
+        })?;
+        launches.extend(plan.launches);
+        if in_place {
+            let rows8 = m * o / 8;
+            launches.push(kl(
+                self.f("k_act_rows16"),
+                (grid_for(rows8), 1, 1),
+                256,
+                0,
+                vec![
+                    Arg::Ptr(0, TdArg::of(out).loc),
+                    Arg::I64(m as i64),
+                    Arg::I32(o as i32),
+                    Arg::I64(os as i64),
+                    Arg::I32(dtype_code(dt)),
+                    Arg::I32(p.act),
+                ],
+            ));
+        }
+        Ok(Some(StepPlan {
+            launches,
+            scratch: (d_bytes + align(col_bytes)).max(plan.scratch),
+        }))
+    }
+}
