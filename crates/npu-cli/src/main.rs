@@ -56,7 +56,8 @@ enum Cmd {
         model: PathBuf,
         #[arg(short, long)]
         output: PathBuf,
-        /// Target to compile for (npu, cpu).
+        /// Target to compile for: npu (channel-padded NCHW), cpu, or gpu (channels-last,
+        /// the layout the CUDA backend's tensor-core convolutions read directly).
         #[arg(long, default_value = "npu")]
         target: String,
         /// Compute dtype (default: the model's; f16 for f32 models on the NPU target).
@@ -85,9 +86,10 @@ enum Cmd {
     /// fallback. Inputs and outputs are safetensors keyed by graph names.
     Run {
         program: PathBuf,
-        /// For IR JSON: the target to partition and compile for (npu, cpu).
-        #[arg(long, default_value = "npu")]
-        target: String,
+        /// For IR JSON: the target to partition and compile for (npu, cpu, gpu); default gpu
+        /// with --backend cuda, else npu.
+        #[arg(long)]
+        target: Option<String>,
         /// For IR JSON: compute dtype of the NPU partitions.
         #[arg(long, value_enum)]
         dtype: Option<DTypeArg>,
@@ -267,8 +269,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 profile,
             };
             if is_graph {
+                let default = if args.backend == "cuda" { "gpu" } else { "npu" };
                 let graph = run_graph::GraphArgs {
-                    target: find_target(&target)?,
+                    target: find_target(target.as_deref().unwrap_or(default))?,
                     dtype: dtype.map(Into::into),
                     force_cpu,
                 };

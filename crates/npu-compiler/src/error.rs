@@ -22,7 +22,7 @@ impl std::fmt::Display for Violation {
 pub enum CompileError {
     #[error(transparent)]
     Ir(#[from] IrError),
-    #[error("unknown target '{0}' (known: npu, cpu)")]
+    #[error("unknown target '{0}' (known: {known})", known = crate::target::Target::names())]
     UnknownTarget(String),
     #[error("target '{target}' cannot compute in {dtype}")]
     UnsupportedDType { target: String, dtype: String },

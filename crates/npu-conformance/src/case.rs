@@ -141,6 +141,28 @@ impl Case {
         )
     }
 
+    /// [`Case::nhwc_input`] with every 37th stored element a special value (NaN, +-Inf,
+    /// +-0, ...), so a convolution's windows meet a few of them.
+    pub fn nhwc_special_input(
+        self,
+        rng: &mut Rng,
+        [n, c, h, w]: [usize; 4],
+        dt: DType,
+        cp: usize,
+    ) -> Case {
+        let buf = [n, h, w, cp];
+        let v: Vec<f32> = (0..buf.iter().product::<usize>())
+            .map(|i| {
+                if i % 37 == 0 {
+                    SPECIAL[(i / 37) % SPECIAL.len()]
+                } else {
+                    rng.f()
+                }
+            })
+            .collect();
+        self.view_of(&buf, dt, &v, &[n, c, h, w], &nhwc_strides([h, w, cp]), 0)
+    }
+
     /// An [N, C, H, W] output stored channels-last with `cp` >= C channels per pixel.
     pub fn nhwc_output(self, [n, c, h, w]: [usize; 4], dt: DType, cp: usize) -> Case {
         self.output_view(&[n, h, w, cp], dt, &[n, c, h, w], &nhwc_strides([h, w, cp]))

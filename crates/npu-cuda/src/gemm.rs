@@ -97,6 +97,8 @@ pub(crate) enum LtDest {
         out: TdArg,
         dtype: DType,
         bias: Option<TdArg>,
+        /// cuBLASLt applies ReLU after the bias (`RELU_BIAS`), before the rounding store.
+        relu: bool,
     },
 }
 
@@ -148,7 +150,9 @@ pub(crate) fn plan_lt(
             Loc::Scratch(*off),
             None,
         ),
-        LtDest::Out { out, dtype, bias } => {
+        LtDest::Out {
+            out, dtype, bias, ..
+        } => {
             let (Some(t), Some(bs)) = (lt_type(*dtype), batch_stride(out, nb)) else {
                 return Ok(None);
             };
@@ -218,8 +222,20 @@ pub(crate) fn plan_lt(
     };
     let l_a = mk(tb, la.0, la.1, la.2, sb)?;
     let l_b = mk(ta, lb.0, lb.1, lb.2, sa)?;
+    let relu = matches!(dest, LtDest::Out { relu: true, .. });
+    if relu && bias.is_none() {
+        set_desc(
+            ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+            ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU as i32,
+        )
+        .map_err(blas("relu epilogue"))?;
+    }
     if let Some((_, bias_type)) = bias {
-        let epi = ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as i32;
+        let epi = if relu {
+            ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS as i32
+        } else {
+            ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as i32
+        };
         set_desc(
             ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
             epi,

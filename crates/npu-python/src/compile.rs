@@ -25,7 +25,10 @@ pub fn target(name: &str) -> Res<&'static Target> {
     Target::by_name(name).ok_or_else(|| {
         Fail::new(
             "CompileError",
-            format!("unknown target '{name}' (known: npu, cpu)"),
+            format!(
+                "unknown target '{name}' (known: {})",
+                npu_compiler::target::Target::names()
+            ),
         )
     })
 }

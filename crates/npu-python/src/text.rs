@@ -57,8 +57,12 @@ enum Prompt {
 
 fn load(dir: &std::path::Path, backend: &str, target: &str, dtype: Option<&str>) -> Res<Inner> {
     let md = ModelDir::open(dir)?;
-    let target = Target::by_name(target)
-        .ok_or_else(|| Fail::input(format!("unknown target '{target}' (known: npu, cpu)")))?;
+    let target = Target::by_name(target).ok_or_else(|| {
+        Fail::input(format!(
+            "unknown target '{target}' (known: {})",
+            npu_compiler::target::Target::names()
+        ))
+    })?;
     let dtype = crate::compile::dtype_opt(dtype)?;
     let opts = CompileOptions { target, dtype };
     // IR compiles in milliseconds: no cache here (the CLI keeps one beside the model).

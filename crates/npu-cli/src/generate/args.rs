@@ -29,7 +29,7 @@ pub struct ModelArgs {
     /// The backend that runs the programs (cpu, cuda, wgpu).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
-    /// Target the IR graphs are compiled for (npu, cpu).
+    /// Target the IR graphs are compiled for (npu, cpu, gpu).
     #[arg(long, default_value = "npu")]
     pub target: String,
     /// Compute dtype of the compiled graphs (default: the compiler's choice for the target).

@@ -99,7 +99,7 @@ pub fn load(m: &ModelArgs, needs: Needs) -> Result<Loaded> {
         .clone()
         .or_else(|| m.model.clone().filter(|d| TextTokenizer::exists_in(d)));
     let target = Target::by_name(&m.target)
-        .with_context(|| format!("unknown target '{}' (known: npu, cpu)", m.target))?;
+        .with_context(|| format!("unknown target '{}' (known: {})", m.target, Target::names()))?;
     let opts = CompileOptions {
         target,
         dtype: m.dtype.map(Into::into),

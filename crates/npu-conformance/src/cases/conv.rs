@@ -230,6 +230,21 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             );
         }
     }
+    // ReLU after NaN and infinities (cuBLASLt's RELU_BIAS epilogue on CUDA must keep NaN).
+    for (k, p) in [(1, 0), (3, 1)] {
+        for dt in [F16, BF16] {
+            v.push(
+                Case::new(
+                    format!("conv {dt} nhwc k{k} relu over NaN and infinities"),
+                    conv(1, p, 1, 1, Some(UnaryOp::Relu)),
+                )
+                .nhwc_special_input(rng, [2, 16, 6, 5], dt, 16)
+                .input(rng, &[24, 16, k, k], dt)
+                .input(rng, &[24], dt)
+                .nhwc_output([2, 24, 6, 5], dt, 24),
+            );
+        }
+    }
     v.push(
         Case::new(
             "conv bf16 3x64x7x7 1x1 -> 40 (padded channels out)",

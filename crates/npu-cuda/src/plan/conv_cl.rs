@@ -5,9 +5,10 @@
 //!
 //! A is the input itself for a 1x1, stride-1, unpadded convolution over evenly spaced pixels;
 //! else the rows `k_im2col_nhwc` gathers from 16-byte channel runs; else (a channels-first
-//! input, such as the graph's image) the NCHW im2col's columns, read transposed. ReLU and
-//! ReLU6 commute with rounding, so they follow in place (`k_act_rows16`); other activations
-//! take the GEMM's f32 epilogue, which keeps one rounding.
+//! input, such as the graph's image) the NCHW im2col's columns, read transposed. ReLU runs in
+//! cuBLASLt's epilogue (`RELU_BIAS`; NaN kept, checked by the conformance suite on the GPU),
+//! ReLU6 commutes with rounding and follows in place (`k_act_rows16`); other activations take
+//! the GEMM's f32 epilogue, which keeps one rounding.
 
 use super::conv::ConvP;
 use super::gemm::{gemv_path, GemmPaths, GemvPath};
@@ -113,8 +114,9 @@ impl Planner<'_> {
                 (col, (m * k * dt.size_bytes()) as u64)
             }
         };
-        // Activations that commute with rounding run in place after cuBLASLt's rounding store.
-        let in_place = matches!(p.act_op, Some(UnaryOp::Relu | UnaryOp::Relu6))
+        // ReLU in cuBLASLt's epilogue; ReLU6, which commutes with rounding as well, in place
+        // after cuBLASLt's rounding store.
+        let in_place = p.act_op == Some(UnaryOp::Relu6)
             && dt.size_bytes() == 2
             && o.is_multiple_of(8)
             && os.is_multiple_of(8)
@@ -150,6 +152,7 @@ impl Planner<'_> {
             raw16,
             out_numel: m * o,
             out_dtype: dt,
+            lt_relu: true,
         })?;
         launches.extend(plan.launches);
         if in_place {

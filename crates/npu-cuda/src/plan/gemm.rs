@@ -3,8 +3,9 @@
 
 use super::{align, kl, Planner, StepPlan, SCRATCH0};
 use crate::gemm::{epilogue, plan_lt, LtDest};
-use crate::launch::{Arg, Launch, TdArg};
+use crate::launch::{unary_code, Arg, Launch, TdArg};
 use crate::loc::Loc;
+use npu_ir::UnaryOp;
 use npu_program::program::Binding;
 
 /// Blocks per SM that `k_gemv16` is launched with at most (a wide matrix loops over its
@@ -95,6 +96,7 @@ impl Planner<'_> {
             raw16,
             out_numel: out.numel(),
             out_dtype: out.dtype,
+            lt_relu: false,
         })?;
         pre.extend(plan.launches);
         Ok(StepPlan {
@@ -126,6 +128,7 @@ impl Planner<'_> {
             raw16,
             out_numel,
             out_dtype,
+            lt_relu,
         } = g;
         let null = TdArg::null();
         if gemv {
@@ -198,11 +201,13 @@ impl Planner<'_> {
             // residual is added after rounding the product, as PyTorch's two ops do, and
             // cuBLASLt's ReLU drops NaN, so those keep the epilogue kernel).
             let plain_bias = bias_mode == 0 || (bias_mode == 1 && beta == 1.0);
-            if act < 0 && plain_bias && biasn.is_none_or(|b| b.td.dt == o.td.dt) {
+            let relu = lt_relu && act == unary_code(Some(UnaryOp::Relu));
+            if (act < 0 || relu) && plain_bias && biasn.is_none_or(|b| b.td.dt == o.td.dt) {
                 let direct = lt(LtDest::Out {
                     out: o,
                     dtype: out_dtype,
                     bias: biasn,
+                    relu,
                 })?;
                 if let Some(call) = direct {
                     return Ok(vec![Launch::Lt(Box::new(call))].into());
@@ -343,4 +348,6 @@ pub(super) struct GemmPaths {
     pub raw16: bool,
     pub out_numel: usize,
     pub out_dtype: npu_ir::DType,
+    /// cuBLASLt's own ReLU may serve `act` (its NaN handling measured to match `relu`).
+    pub lt_relu: bool,
 }
