@@ -118,6 +118,15 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
         .nhwc_input(rng, [2, 16, 10, 7], F16, 24)
         .nhwc_output([2, 16, 5, 4], F16, 16),
     );
+    // global pooling of a wide channels-last batch: a thread per output on CUDA
+    v.push(
+        Case::new(
+            "adaptive avgpool f16 nhwc 2x4096x6x6 -> 1x1",
+            Kernel::AdaptiveAvgPool2d,
+        )
+        .nhwc_input(rng, [2, 4096, 6, 6], F16, 4096)
+        .nhwc_output([2, 4096, 1, 1], F16, 4096),
+    );
     for (dt, [h, w], [oh, ow]) in [(F16, [7, 7], [1, 1]), (F32, [9, 6], [2, 3])] {
         v.push(
             Case::new(

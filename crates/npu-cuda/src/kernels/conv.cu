@@ -43,15 +43,17 @@ extern "C" __global__ void __launch_bounds__(256) k_conv_direct(TD x, TD w, TD b
 // im2col for a channels-last 16-bit input: row p of col (an output pixel, n-major) holds the
 // C x kh x kw taps in the weight's own [C, kh, kw] order, so the dense [O, C, kh, kw] weight
 // is the GEMM's other operand as it lies. The taps of `pp` pixels are read as whole 16-byte
-// channel runs into shared memory ([pixel][tap][C], zeros outside the image), then each row
-// is written in 16-byte pieces gathered across taps: every global access is 16 bytes.
-// Requires C % 8 == 0 and 16-byte aligned channel runs (the planner checks).
+// channel runs and scattered into shared memory already in row order ([pixel][C][tap], zeros
+// outside the image); the rows then leave as 16-byte copies. No division in the copy-out loop
+// (a first version gathered each row element across taps: 8 divisions and 8 two-byte reads
+// per 16 bytes written, 39% of ResNet-50 b64 under ncu). Requires C % 8 == 0 and 16-byte
+// aligned channel runs (the planner checks).
 extern "C" __global__ void __launch_bounds__(256) k_im2col_nhwc(TD x, int kh, int kw, int sh, int sw, int ph,
                                                                int pw, int dh, int dw, int OH, int OW, int pp,
                                                                u64 col) {
   pdl_enter();
-  extern __shared__ uint4 taps4[];
-  unsigned short* taps = (unsigned short*)taps4;
+  extern __shared__ uint4 rows4[];
+  unsigned short* rows = (unsigned short*)rows4;
   const int C = (int)x.sh[1], H = (int)x.sh[2], W = (int)x.sh[3];
   const int KK = kh * kw, K = C * KK, c8 = C / 8, k8 = K / 8;
   const i64 P = x.sh[0] * (i64)OH * OW;
@@ -68,24 +70,17 @@ extern "C" __global__ void __launch_bounds__(256) k_im2col_nhwc(TD x, int kh, in
       uint4 v = make_uint4(0, 0, 0, 0);
       if (yy >= 0 && yy < H && xx >= 0 && xx < W)
         v = *(const uint4*)(xp + n * x.st[0] + yy * x.st[2] + xx * x.st[3] + cv * 8);
-      taps4[(q * KK + t) * c8 + cv] = v;
+      unsigned short* r = rows + q * K + cv * 8 * KK + t;
+      const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        r[(2 * u) * KK] = (unsigned short)(w[u] & 0xffffu);
+        r[(2 * u + 1) * KK] = (unsigned short)(w[u] >> 16);
+      }
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < np * k8; e += blockDim.x) {
-      const int q = e / k8, j0 = (e % k8) * 8;
-      unsigned int h[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int j = j0 + u, c = j / KK, t = j - c * KK;
-        h[u] = taps[(q * KK + t) * C + c];
-      }
-      uint4 w;
-      w.x = h[0] | (h[1] << 16);
-      w.y = h[2] | (h[3] << 16);
-      w.z = h[4] | (h[5] << 16);
-      w.w = h[6] | (h[7] << 16);
-      ((uint4*)col)[((p0 + q) * K + j0) >> 3] = w;
-    }
+    uint4* dst = (uint4*)col + p0 * k8;
+    for (int e = threadIdx.x; e < np * k8; e += blockDim.x) dst[e] = rows4[e];
   }
 }
 
