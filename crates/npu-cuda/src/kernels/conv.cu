@@ -42,35 +42,49 @@ extern "C" __global__ void __launch_bounds__(256) k_conv_direct(TD x, TD w, TD b
 
 // im2col for a channels-last 16-bit input: row p of col (an output pixel, n-major) holds the
 // C x kh x kw taps in the weight's own [C, kh, kw] order, so the dense [O, C, kh, kw] weight
-// is the GEMM's other operand as it lies. The taps of `pp` pixels are read as whole 16-byte
-// channel runs and scattered into shared memory already in row order ([pixel][C][tap], zeros
-// outside the image); the rows then leave as 16-byte copies. No division in the copy-out loop
-// (a first version gathered each row element across taps: 8 divisions and 8 two-byte reads
-// per 16 bytes written, 39% of ResNet-50 b64 under ncu). Requires C % 8 == 0 and 16-byte
-// aligned channel runs (the planner checks).
+// is the GEMM's other operand as it lies. Per block of `pp` pixels: first each (pixel, tap)'s
+// source offset (-1 outside the image) and row position, once; then every tap's channel run
+// is read in 16-byte pieces and scattered into shared memory already in row order
+// ([pixel][C][tap]), a thread keeping one 8-channel piece when 256 is a multiple of C/8 (no
+// division in the loop); then the rows leave as 16-byte copies. (A first version gathered
+// each row element across taps, 8 divisions and 8 two-byte reads per 16 bytes written: 39% of
+// ResNet-50 b64 under ncu.) Requires C % 8 == 0 and 16-byte aligned channel runs (the planner
+// checks); dynamic shared memory pp * K * 2 + pp * kh * kw * 12 bytes.
 extern "C" __global__ void __launch_bounds__(256) k_im2col_nhwc(TD x, int kh, int kw, int sh, int sw, int ph,
                                                                int pw, int dh, int dw, int OH, int OW, int pp,
                                                                u64 col) {
   pdl_enter();
   extern __shared__ uint4 rows4[];
-  unsigned short* rows = (unsigned short*)rows4;
   const int C = (int)x.sh[1], H = (int)x.sh[2], W = (int)x.sh[3];
   const int KK = kh * kw, K = C * KK, c8 = C / 8, k8 = K / 8;
+  unsigned short* rows = (unsigned short*)rows4;
+  i64* src = (i64*)(rows4 + pp * k8);
+  int* at = (int*)(src + pp * KK);
   const i64 P = x.sh[0] * (i64)OH * OW;
   const unsigned short* xp = (const unsigned short*)x.ptr;
+  const bool even = (blockDim.x % c8) == 0;
   for (i64 p0 = (i64)blockIdx.x * pp; p0 < P; p0 += (i64)gridDim.x * pp) {
-    const int np = (int)min((i64)pp, P - p0);
+    const int np = (int)min((i64)pp, P - p0), nqt = np * KK;
     __syncthreads();
-    for (int e = threadIdx.x; e < np * KK * c8; e += blockDim.x) {
-      const int cv = e % c8, t = (e / c8) % KK, q = e / (c8 * KK);
+    for (int qt = threadIdx.x; qt < nqt; qt += blockDim.x) {
+      const int q = qt / KK, t = qt - q * KK;
       const i64 p = p0 + q;
       const int ox = (int)(p % OW), oy = (int)((p / OW) % OH);
       const i64 n = p / ((i64)OW * OH);
       const int yy = oy * sh - ph + (t / kw) * dh, xx = ox * sw - pw + (t % kw) * dw;
+      src[qt] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? n * x.st[0] + yy * x.st[2] + xx * x.st[3] : -1;
+      at[qt] = q * K + t;
+    }
+    __syncthreads();
+    const int cv0 = even ? (int)threadIdx.x % c8 : 0;
+    const int step = even ? (int)blockDim.x / c8 : 0;
+    for (int e = even ? (int)threadIdx.x / c8 : (int)threadIdx.x; e < (even ? nqt : nqt * c8);
+         e += even ? step : (int)blockDim.x) {
+      const int qt = even ? e : e / c8, cv = even ? cv0 : e % c8;
+      const i64 off = src[qt];
       uint4 v = make_uint4(0, 0, 0, 0);
-      if (yy >= 0 && yy < H && xx >= 0 && xx < W)
-        v = *(const uint4*)(xp + n * x.st[0] + yy * x.st[2] + xx * x.st[3] + cv * 8);
-      unsigned short* r = rows + q * K + cv * 8 * KK + t;
+      if (off >= 0) v = *(const uint4*)(xp + off + cv * 8);
+      unsigned short* r = rows + at[qt] + cv * 8 * KK;
       const unsigned int w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int u = 0; u < 4; ++u) {

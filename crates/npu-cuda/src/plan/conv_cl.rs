@@ -77,8 +77,9 @@ impl Planner<'_> {
         let mut launches = Vec::new();
         let (a, col_bytes) = match pixel_rows(x) {
             Some(xs) if pointwise => (xa.laid_out(&[m as i64, k as i64], &[xs as i64, 1]), 0),
-            _ if x16 && d.kh * d.kw * d.c * 2 <= IM2COL_SMEM => {
-                let per_pixel = d.kh * d.kw * d.c * 2;
+            _ if x16 && d.kh * d.kw * (d.c * 2 + 12) <= IM2COL_SMEM => {
+                // A pixel's row, and its taps' source offsets (8 bytes) and row positions (4).
+                let per_pixel = d.kh * d.kw * (d.c * 2 + 12);
                 // Pixels per block: about 16 KB of taps, at least one.
                 let pp = (16 * 1024 / per_pixel).max(1);
                 let blocks = m.div_ceil(pp).min(1 << 20);
