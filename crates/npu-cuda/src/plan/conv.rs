@@ -13,6 +13,15 @@ use npu_program::program::{Binding, ConvDims};
 /// one direct kernel; larger groups amortize im2col + a tensor-core GEMM per group.
 const DIRECT_CONV_MAX_TAPS: usize = 1024;
 
+impl ConvP {
+    /// The window arguments every convolution kernel takes in this order: stride, padding,
+    /// dilation, each (h, w).
+    pub fn window_args(&self) -> [Arg; 6] {
+        let ([sh, sw], [ph, pw], [dh, dw]) = (self.stride, self.padding, self.dilation);
+        [sh, sw, ph, pw, dh, dw].map(|v| Arg::I32(v as i32))
+    }
+}
+
 pub(crate) struct ConvP {
     pub stride: [usize; 2],
     pub padding: [usize; 2],
@@ -181,23 +190,16 @@ impl Planner<'_> {
             im_grid,
             256,
             0,
-            vec![
-                Arg::Td(TdArg::of(x)),
-                i(gi * cg),
-                i(cg),
-                i(kh),
-                i(kw),
-                i(p.stride[0]),
-                i(p.stride[1]),
-                i(p.padding[0]),
-                i(p.padding[1]),
-                i(p.dilation[0]),
-                i(p.dilation[1]),
-                i(d.oh),
-                i(d.ow),
-                Arg::Ptr(0, Loc::Scratch(col_off)),
-                Arg::I32(dtype_code(wdt)),
-            ],
+            [Arg::Td(TdArg::of(x)), i(gi * cg), i(cg), i(kh), i(kw)]
+                .into_iter()
+                .chain(p.window_args())
+                .chain([
+                    i(d.oh),
+                    i(d.ow),
+                    Arg::Ptr(0, Loc::Scratch(col_off)),
+                    Arg::I32(dtype_code(wdt)),
+                ])
+                .collect(),
         )
     }
 
@@ -289,29 +291,25 @@ impl Planner<'_> {
         out: &Binding,
         total: usize,
     ) -> StepPlan {
-        let i = |v: usize| Arg::I32(v as i32);
         StepPlan {
             launches: vec![kl(
                 self.f("k_conv_direct"),
                 (grid_for(total), 1, 1),
                 256,
                 0,
-                vec![
+                [
                     Arg::Td(TdArg::of(x)),
                     Arg::Td(TdArg::of(w)),
                     Arg::Td(bias.map_or(TdArg::null(), TdArg::of)),
                     Arg::I32(i32::from(bias.is_some())),
                     Arg::I32(p.act),
                     Arg::Td(TdArg::of(out)),
-                    i(p.groups),
-                    i(p.stride[0]),
-                    i(p.stride[1]),
-                    i(p.padding[0]),
-                    i(p.padding[1]),
-                    i(p.dilation[0]),
-                    i(p.dilation[1]),
-                    super::pool::channels_last(out),
-                ],
+                    Arg::I32(p.groups as i32),
+                ]
+                .into_iter()
+                .chain(p.window_args())
+                .chain([super::pool::channels_last(out)])
+                .collect(),
             )],
             scratch: 0,
         }

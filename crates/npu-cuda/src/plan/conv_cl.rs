@@ -89,21 +89,11 @@ impl Planner<'_> {
                     (blocks as u32, 1, 1),
                     256,
                     (pp * per_pixel) as u32,
-                    vec![
-                        Arg::Td(xa),
-                        i(d.kh),
-                        i(d.kw),
-                        i(p.stride[0]),
-                        i(p.stride[1]),
-                        i(p.padding[0]),
-                        i(p.padding[1]),
-                        i(p.dilation[0]),
-                        i(p.dilation[1]),
-                        i(d.oh),
-                        i(d.ow),
-                        i(pp),
-                        Arg::Ptr(0, Loc::Scratch(col_off)),
-                    ],
+                    [Arg::Td(xa), i(d.kh), i(d.kw)]
+                        .into_iter()
+                        .chain(p.window_args())
+                        .chain([i(d.oh), i(d.ow), i(pp), Arg::Ptr(0, Loc::Scratch(col_off))])
+                        .collect(),
                 ));
                 let col = TdArg::scratch(col_off, dt, &[m, k]);
                 (col, (m * k * 2) as u64)

@@ -32,40 +32,17 @@ impl Planner<'_> {
                 && [0, 2, 3].iter().all(|&i| b.strides[i].is_multiple_of(8))
                 && b.byte_offset.is_multiple_of(16)
         };
-        if fast && o.shape[1].is_multiple_of(8) && aligned(x) && aligned(o) {
-            let args = vec![
-                Arg::Td(TdArg::of(x)),
-                Arg::Td(TdArg::of(o)),
-                Arg::I32(sh as i32),
-                Arg::I32(sw as i32),
-                Arg::I32(ph as i32),
-                Arg::I32(pw as i32),
-            ];
-            return vec![kl(
-                self.f("k_max_pool3_nhwc8"),
-                (grid_for(o.numel() / 8), 1, 1),
-                256,
-                0,
-                args,
-            )];
-        }
         if fast {
-            let args = vec![
-                Arg::Td(TdArg::of(x)),
-                Arg::Td(TdArg::of(o)),
-                Arg::I32(sh as i32),
-                Arg::I32(sw as i32),
-                Arg::I32(ph as i32),
-                Arg::I32(pw as i32),
-                channels_last(o),
-            ];
-            return vec![kl(
-                self.f("k_max_pool3_16"),
-                (grid_for(o.numel()), 1, 1),
-                256,
-                0,
-                args,
-            )];
+            // Eight channels per thread where the channel runs allow 16-byte accesses.
+            let (name, threads, cl) = if o.shape[1].is_multiple_of(8) && aligned(x) && aligned(o) {
+                ("k_max_pool3_nhwc8", o.numel() / 8, None)
+            } else {
+                ("k_max_pool3_16", o.numel(), Some(channels_last(o)))
+            };
+            let mut args = vec![Arg::Td(TdArg::of(x)), Arg::Td(TdArg::of(o))];
+            args.extend([sh, sw, ph, pw].map(|v| Arg::I32(v as i32)));
+            args.extend(cl);
+            return vec![kl(self.f(name), (grid_for(threads), 1, 1), 256, 0, args)];
         }
         let (k, cip, div) = match kind {
             PoolKind::Max => (0, 0, 0),
