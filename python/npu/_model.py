@@ -178,13 +178,17 @@ class CompiledModel:
 
 
 def compile(
-    module: Any, example_inputs: Any, dtype: Any = None, target: str = "npu", backend: Any = None
+    module: Any, example_inputs: Any, dtype: Any = None, target: str | None = None, backend: Any = None
 ) -> CompiledModel:
     """Exports ``module`` through torch_ir at the example inputs' shapes, compiles it for ``target``
     (ops the target cannot run go to the CPU fallback), and prepares it on ``backend`` (default: the
-    best available). ``dtype`` is the compute dtype (default: the module's)."""
+    best available). ``dtype`` is the compute dtype (default: the module's). ``target`` defaults to
+    ``gpu`` (channels-last activations) on the CUDA backend and ``npu`` elsewhere, as ``npu run``."""
     examples = as_tuple(example_inputs)
     ir, tensors = export_ir(module, examples)
     weights = _native.Weights.from_arrays([_arrays.from_torch(k, v) for k, v in tensors.items()])
     dt = _dtype_name(dtype) or _module_dtype(module)
-    return CompiledModel(ir, weights, _backends.resolve(_backend_name(backend)), target, dt)
+    name = _backend_name(backend) or _backends.best_name()
+    if target is None:
+        target = "gpu" if name == "cuda" else "npu"
+    return CompiledModel(ir, weights, _backends.resolve(name), target, dt)
