@@ -3,7 +3,7 @@
 
 use npu_compiler::describe::kernel_totals;
 use npu_compiler::program::{Kernel, Slot};
-use npu_compiler::target::{CPU, NPU};
+use npu_compiler::target::{CPU, GPU, NPU, TARGETS};
 use npu_compiler::{compile, npubin, CompileOptions, CompileReport, Program, Target};
 use npu_ir::DType;
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ fn every_fixture_compiles_for_every_target_and_dtype_and_round_trips() {
         "qwen2.5-1.5b/decode.ir.json",
     ];
     for rel in graphs {
-        for target in [&NPU, &CPU] {
+        for target in TARGETS {
             for dtype in [None, Some(DType::F32), Some(DType::F16), Some(DType::BF16)] {
                 let (p, _) = build(rel, target, dtype);
                 p.validate().unwrap();
@@ -197,4 +197,34 @@ fn small_cnn_channels_are_padded_on_the_npu_only() {
     let (q, report) = build("small-cnn/model.ir.json", &CPU, Some(DType::F16));
     assert_eq!(report.padded_values, 0);
     assert!(q.arena_bytes <= p.arena_bytes, "padding only adds bytes");
+}
+
+#[test]
+fn small_cnn_activations_are_channels_last_on_the_gpu_target() {
+    let (p, report) = build("small-cnn/model.ir.json", &GPU, Some(DType::F16));
+    let convs: Vec<_> = p
+        .steps
+        .iter()
+        .filter(|s| matches!(s.kernel, Kernel::Conv2d { .. }))
+        .collect();
+    assert!(!convs.is_empty());
+    for conv in convs {
+        let out = &conv.outputs[0];
+        let [n, c, h, w] = out.shape[..] else {
+            panic!("conv output {:?}", out.shape)
+        };
+        let cp = c.next_multiple_of(8);
+        assert_eq!(
+            out.strides,
+            vec![h * w * cp, 1, w * cp, cp],
+            "[{n}, {c}, {h}, {w}] stored NHWC with {cp} channels per pixel"
+        );
+    }
+    // The graph's input and output stay dense: the layout is invisible to the caller.
+    let first = &p.steps[0].inputs[0];
+    assert_eq!(
+        first.strides,
+        npu_compiler::program::dense_strides(&first.shape)
+    );
+    assert_eq!(report.padded_values, 0, "24 channels are a multiple of 8");
 }
