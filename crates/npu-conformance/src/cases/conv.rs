@@ -230,6 +230,18 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             );
         }
     }
+    // A stem-like 7x7 stride-2 convolution from an NCHW image, large enough (pixels x taps
+    // >= 2^22) for CUDA to pad K = 147 to 152 with zero columns.
+    v.push(
+        Case::new(
+            "conv f16 nhwc 7x7 stride 2 from NCHW 2x3x240x240 -> 8 (K padded on CUDA)",
+            conv(2, 3, 1, 1, Some(UnaryOp::Relu)),
+        )
+        .input(rng, &[2, 3, 240, 240], F16)
+        .input(rng, &[8, 3, 7, 7], F16)
+        .input(rng, &[8], F16)
+        .nhwc_output([2, 8, 120, 120], F16, 8),
+    );
     // ReLU after NaN and infinities (cuBLASLt's RELU_BIAS epilogue on CUDA must keep NaN).
     for (k, p) in [(1, 0), (3, 1)] {
         for dt in [F16, BF16] {

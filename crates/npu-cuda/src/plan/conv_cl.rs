@@ -18,6 +18,10 @@ use crate::loc::Loc;
 use npu_ir::{DType, UnaryOp};
 use npu_program::program::{Binding, ConvDims};
 
+/// A 16-bit GEMM with K not a multiple of 8 gets K padded from this many A elements on (the
+/// batch-64 stem; batch 1's stem, 1.8M, keeps its three launches fewer).
+const PAD_K_MIN: usize = 1 << 22;
+
 /// Shared memory `k_im2col_nhwc` may take per block (the default limit, no opt-in).
 const IM2COL_SMEM: usize = 48 * 1024;
 
@@ -75,8 +79,13 @@ impl Planner<'_> {
             && slot_aligned(&xa);
         let pointwise = d.kh == 1 && d.kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
         let mut launches = Vec::new();
-        let (a, col_bytes) = match pixel_rows(x) {
-            Some(xs) if pointwise => (xa.laid_out(&[m as i64, k as i64], &[xs as i64, 1]), 0),
+        // K as the GEMM sees it: a large 16-bit GEMM whose K is not a multiple of 8 (the 7x7
+        // stem over 3 channels: 147) is given K rounded up, with zero columns and a weight copy
+        // of that pitch, since cuBLASLt otherwise runs it on an sm75 kernel (289 us of ResNet-50
+        // b64's run under ncu; an aligned weight pitch alone did not change that).
+        let pad_k = dt.size_bytes() == 2 && !k.is_multiple_of(8) && m * k >= PAD_K_MIN;
+        let (a, col_bytes, kp) = match pixel_rows(x) {
+            Some(xs) if pointwise => (xa.laid_out(&[m as i64, k as i64], &[xs as i64, 1]), 0, k),
             _ if x16 && d.kh * d.kw * (d.c * 2 + 12) <= IM2COL_SMEM => {
                 // A pixel's row, and its taps' source offsets (8 bytes) and row positions (4).
                 let per_pixel = d.kh * d.kw * (d.c * 2 + 12);
@@ -96,15 +105,40 @@ impl Planner<'_> {
                         .collect(),
                 ));
                 let col = TdArg::scratch(col_off, dt, &[m, k]);
-                (col, (m * k * 2) as u64)
+                (col, (m * k * 2) as u64, k)
             }
             _ => {
                 launches.push(self.im2col(p, d, x, dt, 0, col_off));
-                let col = TdArg::scratch(col_off, dt, &[k, m])
-                    .laid_out(&[m as i64, k as i64], &[1, m as i64]);
-                (col, (m * k * dt.size_bytes()) as u64)
+                let kp = if pad_k { k.next_multiple_of(8) } else { k };
+                if kp != k {
+                    let tail = (k * m * 2) as u64;
+                    launches.push(self.zero(TdArg::scratch(col_off + tail, dt, &[kp - k, m])));
+                }
+                let col = TdArg::scratch(col_off, dt, &[kp, m])
+                    .laid_out(&[m as i64, kp as i64], &[1, m as i64]);
+                (col, (m * kp * dt.size_bytes()) as u64, kp)
             }
         };
+        let w_off = col_off + align(col_bytes);
+        let bn = if kp != k {
+            let staged = TdArg::scratch(w_off, dt, &[o, kp]);
+            launches.push(self.zero(staged));
+            launches.push(kl(
+                self.f("k_copy"),
+                (grid_for(o * k), 1, 1),
+                256,
+                0,
+                vec![
+                    Arg::Td(TdArg::of(w).laid_out(&[o as i64, k as i64], &[k as i64, 1])),
+                    Arg::Td(staged.laid_out(&[o as i64, k as i64], &[kp as i64, 1])),
+                    Arg::I64((o * k) as i64),
+                ],
+            ));
+            staged.laid_out(&[kp as i64, o as i64], &[1, kp as i64])
+        } else {
+            TdArg::of(w).laid_out(&[k as i64, o as i64], &[1, k as i64])
+        };
+        let w_bytes = if kp != k { (o * kp * 2) as u64 } else { 0 };
         // ReLU in cuBLASLt's epilogue; ReLU6, which commutes with rounding as well, in place
         // after cuBLASLt's rounding store.
         let in_place = p.act_op == Some(UnaryOp::Relu6)
@@ -119,9 +153,8 @@ impl Planner<'_> {
                 &[0, b.strides[b.shape.len() - 1] as i64],
             )
         });
-        let bn = TdArg::of(w).laid_out(&[k as i64, o as i64], &[1, k as i64]);
         // A single output pixel (squeeze-excitation's 1x1 convolutions): the GEMV kernels.
-        let GemvPath { gemv, vec, raw16 } = gemv_path(&bn, dt, dt, m, k, 1);
+        let GemvPath { gemv, vec, raw16 } = gemv_path(&bn, dt, dt, m, kp, 1);
         let plan = self.gemm_paths(GemmPaths {
             alpha: 1.0,
             beta: 1.0,
@@ -136,7 +169,7 @@ impl Planner<'_> {
             norm: (TdArg::null(), 0, 0.0),
             m,
             n: o,
-            k,
+            k: kp,
             batches: 1,
             gemv,
             vec,
@@ -165,7 +198,19 @@ impl Planner<'_> {
         }
         Ok(Some(StepPlan {
             launches,
-            scratch: (d_bytes + align(col_bytes)).max(plan.scratch),
+            scratch: (d_bytes + align(col_bytes) + align(w_bytes)).max(plan.scratch),
         }))
+    }
+
+    /// Zeroes a scratch region (the padding of a K-padded GEMM's operands).
+    fn zero(&self, t: TdArg) -> crate::launch::Launch {
+        let n: i64 = t.td.sh[..t.td.rank as usize].iter().product();
+        kl(
+            self.f("k_fill"),
+            (grid_for(n as usize), 1, 1),
+            256,
+            0,
+            vec![Arg::Td(t), Arg::F64(0.0), Arg::I64(n)],
+        )
     }
 }
