@@ -137,7 +137,7 @@ pub(crate) fn plan_lt(
     let Some(lb) = lt_operand(true, k, m, a.td.st[r - 1], a.td.st[r - 2]) else {
         return Ok(None);
     };
-    let aligned = |t: &TdArg| !matches!(t.loc, Loc::Slot(_, off) if off % 16 != 0);
+    let aligned = TdArg::aligned16;
     if !aligned(a) || !aligned(b) {
         return Ok(None);
     }

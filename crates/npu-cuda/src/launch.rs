@@ -51,6 +51,12 @@ pub(crate) struct TdArg {
 }
 
 impl TdArg {
+    /// Whether the operand may start 16 bytes misaligned: only a slot binding at an offset
+    /// that is not a multiple of 16 can (slots and scratch regions start 256-byte aligned).
+    pub fn aligned16(&self) -> bool {
+        !matches!(self.loc, Loc::Slot(_, off) if off % 16 != 0)
+    }
+
     pub fn of(b: &Binding) -> TdArg {
         let mut td = Td {
             dt: dtype_code(b.dtype),

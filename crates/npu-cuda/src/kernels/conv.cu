@@ -109,17 +109,11 @@ extern "C" __global__ void k_act_rows16(u64 ptr, i64 rows, int cols, i64 ld, int
   const i64 total = rows * c8;
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
     const i64 r = e / c8;
-    uint4* p = (uint4*)((unsigned short*)ptr + r * ld + (e - r * c8) * 8);
-    uint4 v = *p;
-    unsigned int* w = (unsigned int*)&v;
+    const u64 p = ptr + 2 * (u64)(r * ld + (e - r * c8) * 8);
+    float v[8];
+    ld8(p, dt, 0, v);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const float lo = apply_unary(act, h16_to_f32((unsigned short)(w[u] & 0xffffu), dt));
-      const float hi = apply_unary(act, h16_to_f32((unsigned short)(w[u] >> 16), dt));
-      const unsigned int l16 = dt == DT_BF16 ? f32_to_bf16(lo) : f32_to_f16(lo);
-      const unsigned int h16 = dt == DT_BF16 ? f32_to_bf16(hi) : f32_to_f16(hi);
-      w[u] = l16 | (h16 << 16);
-    }
-    *p = v;
+    for (int u = 0; u < 8; ++u) v[u] = apply_unary(act, v[u]);
+    st8(p, dt, 0, v);
   }
 }

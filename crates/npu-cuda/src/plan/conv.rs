@@ -308,7 +308,7 @@ impl Planner<'_> {
                 ]
                 .into_iter()
                 .chain(p.window_args())
-                .chain([super::pool::channels_last(out)])
+                .chain([super::channels_last(out)])
                 .collect(),
             )],
             scratch: 0,

@@ -12,7 +12,7 @@
 
 use super::conv::ConvP;
 use super::gemm::{gemv_path, GemmPaths, GemvPath};
-use super::{align, kl, Planner, StepPlan, SCRATCH0};
+use super::{align, channel_runs16, kl, Planner, StepPlan, SCRATCH0};
 use crate::launch::{dtype_code, grid_for, Arg, TdArg};
 use crate::loc::Loc;
 use npu_ir::{DType, UnaryOp};
@@ -37,10 +37,6 @@ fn pixel_rows(b: &Binding) -> Option<usize> {
         && (h == 1 || b.strides[2] == w * ps)
         && (n == 1 || b.strides[0] == h * w * ps);
     even.then_some(ps)
-}
-
-fn slot_aligned(t: &TdArg) -> bool {
-    !matches!(t.loc, Loc::Slot(_, off) if off % 16 != 0)
 }
 
 impl Planner<'_> {
@@ -72,11 +68,7 @@ impl Planner<'_> {
         let d_bytes = align((m * o * 4) as u64);
         let col_off = SCRATCH0 + d_bytes;
         let xa = TdArg::of(x);
-        let x16 = dt.size_bytes() == 2
-            && x.strides[1] == 1
-            && d.c.is_multiple_of(8)
-            && [0, 2, 3].iter().all(|&i| x.strides[i].is_multiple_of(8))
-            && slot_aligned(&xa);
+        let x16 = dt.size_bytes() == 2 && channel_runs16(x);
         let pointwise = d.kh == 1 && d.kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
         let mut launches = Vec::new();
         // K as the GEMM sees it: a large 16-bit GEMM whose K is not a multiple of 8 (the 7x7
@@ -112,7 +104,8 @@ impl Planner<'_> {
                 let kp = if pad_k { k.next_multiple_of(8) } else { k };
                 if kp != k {
                     let tail = (k * m * 2) as u64;
-                    launches.push(self.zero(TdArg::scratch(col_off + tail, dt, &[kp - k, m])));
+                    let pad = TdArg::scratch(col_off + tail, dt, &[kp - k, m]);
+                    launches.push(self.fill_launch(0.0, pad, (kp - k) * m));
                 }
                 let col = TdArg::scratch(col_off, dt, &[kp, m])
                     .laid_out(&[m as i64, kp as i64], &[1, m as i64]);
@@ -122,17 +115,11 @@ impl Planner<'_> {
         let w_off = col_off + align(col_bytes);
         let bn = if kp != k {
             let staged = TdArg::scratch(w_off, dt, &[o, kp]);
-            launches.push(self.zero(staged));
-            launches.push(kl(
-                self.f("k_copy"),
-                (grid_for(o * k), 1, 1),
-                256,
-                0,
-                vec![
-                    Arg::Td(TdArg::of(w).laid_out(&[o as i64, k as i64], &[k as i64, 1])),
-                    Arg::Td(staged.laid_out(&[o as i64, k as i64], &[kp as i64, 1])),
-                    Arg::I64((o * k) as i64),
-                ],
+            launches.push(self.fill_launch(0.0, staged, o * kp));
+            launches.push(self.copy_launch(
+                TdArg::of(w).laid_out(&[o as i64, k as i64], &[k as i64, 1]),
+                staged.laid_out(&[o as i64, k as i64], &[kp as i64, 1]),
+                o * k,
             ));
             staged.laid_out(&[kp as i64, o as i64], &[1, kp as i64])
         } else {
@@ -145,7 +132,7 @@ impl Planner<'_> {
             && dt.size_bytes() == 2
             && o.is_multiple_of(8)
             && os.is_multiple_of(8)
-            && slot_aligned(&TdArg::of(out));
+            && TdArg::of(out).aligned16();
         let gemm_act = if in_place { -1 } else { p.act };
         let bias_arg = bias.map(|b| {
             TdArg::of(b).laid_out(
@@ -200,17 +187,5 @@ impl Planner<'_> {
             launches,
             scratch: (d_bytes + align(col_bytes) + align(w_bytes)).max(plan.scratch),
         }))
-    }
-
-    /// Zeroes a scratch region (the padding of a K-padded GEMM's operands).
-    fn zero(&self, t: TdArg) -> crate::launch::Launch {
-        let n: i64 = t.td.sh[..t.td.rank as usize].iter().product();
-        kl(
-            self.f("k_fill"),
-            (grid_for(n as usize), 1, 1),
-            256,
-            0,
-            vec![Arg::Td(t), Arg::F64(0.0), Arg::I64(n)],
-        )
     }
 }

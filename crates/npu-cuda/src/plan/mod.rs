@@ -67,6 +67,25 @@ fn td(b: &Binding) -> Arg {
     Arg::Td(TdArg::of(b))
 }
 
+/// A channels-last [N, C, H, W] binding (channel stride 1, more than one channel).
+fn is_channels_last(b: &Binding) -> bool {
+    b.shape.len() == 4 && b.strides[1] == 1 && b.shape[1] > 1
+}
+
+/// The kernels' `cl` flag: a channels-last output is walked with the channel fastest.
+fn channels_last(o: &Binding) -> Arg {
+    Arg::I32(i32::from(is_channels_last(o)))
+}
+
+/// Channels-last with every pixel's channels in 16-byte aligned runs of 8 (16-bit kernels
+/// that move eight channels per access: C, the pixel strides and the offset line up).
+fn channel_runs16(b: &Binding) -> bool {
+    is_channels_last(b)
+        && b.shape[1].is_multiple_of(8)
+        && [0, 2, 3].iter().all(|&i| b.strides[i].is_multiple_of(8))
+        && b.byte_offset.is_multiple_of(16)
+}
+
 /// (rows, last dim) of an operand of rank >= 1.
 fn rows_last(b: &Binding) -> (usize, usize) {
     let d = b.shape[b.shape.len() - 1];

@@ -2,7 +2,7 @@
 //! time), RoPE, strided copies and fills.
 
 use super::{kl, td, Planner};
-use crate::launch::{grid_for, Arg, Launch};
+use crate::launch::{grid_for, Arg, Launch, TdArg};
 use npu_program::expr::Expr;
 use npu_program::iteration::coalesce_bindings;
 use npu_program::program::Binding;
@@ -44,24 +44,32 @@ impl Planner<'_> {
     }
 
     pub(super) fn copy(&self, x: &Binding, o: &Binding) -> Vec<Launch> {
-        let n = o.numel();
-        vec![kl(
+        vec![self.copy_launch(TdArg::of(x), TdArg::of(o), o.numel())]
+    }
+
+    /// `n` elements from `x` to `o`, both walked in their own row-major order.
+    pub(super) fn copy_launch(&self, x: TdArg, o: TdArg, n: usize) -> Launch {
+        kl(
             self.f("k_copy"),
             (grid_for(n), 1, 1),
             256,
             0,
-            vec![td(x), td(o), Arg::I64(n as i64)],
-        )]
+            vec![Arg::Td(x), Arg::Td(o), Arg::I64(n as i64)],
+        )
     }
 
     pub(super) fn fill(&self, value: f64, o: &Binding) -> Vec<Launch> {
-        let n = o.numel();
-        vec![kl(
+        vec![self.fill_launch(value, TdArg::of(o), o.numel())]
+    }
+
+    /// `value` into the `n` elements of `o`.
+    pub(super) fn fill_launch(&self, value: f64, o: TdArg, n: usize) -> Launch {
+        kl(
             self.f("k_fill"),
             (grid_for(n), 1, 1),
             256,
             0,
-            vec![td(o), Arg::F64(value), Arg::I64(n as i64)],
-        )]
+            vec![Arg::Td(o), Arg::F64(value), Arg::I64(n as i64)],
+        )
     }
 }

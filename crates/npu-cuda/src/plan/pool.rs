@@ -1,15 +1,8 @@
 //! Max/average pooling over NCHW windows and adaptive average pooling.
 
-use super::{kl, Planner};
+use super::{channel_runs16, channels_last, is_channels_last, kl, Planner};
 use crate::launch::{grid_for, Arg, Launch, TdArg};
 use npu_program::program::{Binding, PoolKind};
-
-/// The kernels' `cl` flag: a channels-last output is walked with the channel fastest.
-pub(super) fn channels_last(o: &Binding) -> Arg {
-    Arg::I32(i32::from(
-        o.shape.len() == 4 && o.strides[1] == 1 && o.shape[1] > 1,
-    ))
-}
 
 impl Planner<'_> {
     /// `window` is [kernel, stride, padding, dilation], each [h, w].
@@ -27,14 +20,9 @@ impl Planner<'_> {
             && x.dtype.size_bytes() == 2
             && x.dtype.is_float()
             && o.numel() < (1 << 31);
-        let aligned = |b: &Binding| {
-            b.strides[1] == 1
-                && [0, 2, 3].iter().all(|&i| b.strides[i].is_multiple_of(8))
-                && b.byte_offset.is_multiple_of(16)
-        };
         if fast {
             // Eight channels per thread where the channel runs allow 16-byte accesses.
-            let (name, threads, cl) = if o.shape[1].is_multiple_of(8) && aligned(x) && aligned(o) {
+            let (name, threads, cl) = if channel_runs16(x) && channel_runs16(o) {
                 ("k_max_pool3_nhwc8", o.numel() / 8, None)
             } else {
                 ("k_max_pool3_16", o.numel(), Some(channels_last(o)))
@@ -70,7 +58,7 @@ impl Planner<'_> {
         // Channels-last with many outputs: a thread per output, neighbours on neighbouring
         // channels (a warp per output strides over pixels C apart: ResNet-50 b64's global
         // pooling took 140 us for 13 MB).
-        let cl_threads = o.strides[1] == 1 && o.shape[1] > 1 && o.numel() >= 8192;
+        let cl_threads = is_channels_last(o) && o.numel() >= 8192;
         let (name, grid) = if window >= 32 && !cl_threads {
             ("k_adaptive_avg_pool2d_warp", grid_for(o.numel() * 32))
         } else {
