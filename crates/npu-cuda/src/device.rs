@@ -79,6 +79,11 @@ pub struct Device {
     /// `pdl_enter()` (kernels/common.cuh), which waits for its predecessor before touching
     /// memory, so only launch latency and block ramp overlap.
     pub(crate) pdl: bool,
+    /// cuBLASLt algorithms are chosen by timing (`lt_tune`), unless `NPU_CUDA_LT_TUNE=0`.
+    pub(crate) lt_tune: bool,
+    /// The algorithm chosen per matmul description (`None`: cuBLASLt supports none).
+    pub(crate) lt_algos:
+        Mutex<HashMap<crate::lt_tune::TuneKey, Option<ltsys::cublasLtMatmulAlgo_t>>>,
     pub(crate) name: String,
     library: HashMap<&'static str, Func>,
     modules: Mutex<Vec<Arc<CudaModule>>>,
@@ -140,6 +145,8 @@ impl Device {
             arch,
             sms,
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
+            lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
+            lt_algos: Mutex::new(HashMap::new()),
             name,
             library: HashMap::new(),
             modules: Mutex::new(Vec::new()),

@@ -14,6 +14,7 @@ mod graph;
 mod launch;
 mod loc;
 mod lt_call;
+mod lt_tune;
 mod nvrtc;
 mod plan;
 mod state;
