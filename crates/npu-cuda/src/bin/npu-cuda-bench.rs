@@ -4,6 +4,7 @@
 //!   npu-cuda-bench time --program P --weights W --io IO [--prefix input.] [--repeat N] [--out F]
 //!   npu-cuda-bench teacher --prefill P --decode D --weights W --io IO --steps N --out F
 //!   npu-cuda-bench decode-at --decode D --weights W|random --positions 128,1024 [--repeat N]
+//!     (D may also be a prefill program: its S tokens then start at each position)
 //!
 //! `time` runs a program on the inputs named PREFIX<name> in IO (warm-up, then medians of the
 //! CUDA-event time of the replayed graph and of the whole run); `teacher` runs the prefill
@@ -262,19 +263,34 @@ fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
     };
     let mask_io = find("attention_mask")?;
     let max = *mask_io.shape.last().unwrap_or(&0);
+    // S query tokens a run: 1 for a decode step, the prompt length for a prefill program
+    let s = find("input_ids")?.shape.last().copied().unwrap_or(1);
     let mut out = Vec::new();
     let mut last = None;
     for &p in &positions {
-        if p >= max {
-            return Err(format!("position {p} is outside the cache of {max}"));
+        if p + s > max {
+            return Err(format!(
+                "positions {p}..{} are outside the cache of {max}",
+                p + s
+            ));
         }
-        let ids = HostTensor::from_i64(vec![1, 1], &[(p * 7919 % 151_000) as i64]);
-        let mvals: Vec<f32> = (0..max)
-            .map(|s| if s <= p { 0.0 } else { f32::MIN })
+        let at: Vec<i64> = (p..p + s).map(|t| t as i64).collect();
+        let ids = HostTensor::from_i64(
+            vec![1, s],
+            &at.iter().map(|t| t * 7919 % 151_000).collect::<Vec<_>>(),
+        );
+        let mvals: Vec<f32> = (0..s * max)
+            .map(|e| {
+                if e % max <= p + e / max {
+                    0.0
+                } else {
+                    f32::MIN
+                }
+            })
             .collect();
         let mask = HostTensor::from_f32_as(mask_io.dtype, mask_io.shape.clone(), &mvals);
-        let pos = HostTensor::from_i64(vec![1, 1], &[p as i64]);
-        let cpos = HostTensor::from_i64(vec![1], &[p as i64]);
+        let pos = HostTensor::from_i64(vec![1, s], &at);
+        let cpos = HostTensor::from_i64(vec![s], &at);
         let ins: Vec<(&str, &HostTensor)> = vec![
             ("input_ids", &ids),
             ("attention_mask", &mask),
