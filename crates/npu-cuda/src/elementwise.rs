@@ -33,22 +33,51 @@ fn dense_like(b: &Binding, out: &Binding) -> bool {
     b.strides == out.strides && out.is_contiguous()
 }
 
-/// Elements per thread of a step's generated kernel over its coalesced bindings: 8 (16-byte
-/// loads and stores, `ld8`/`st8`) when every operand lies dense like the output in f32, f16
-/// or bf16 at a 16-byte aligned offset and the count is a multiple of 8; else 1. The
-/// planner sizes the grid by it.
-pub(crate) fn per_thread(inputs: &[Binding], out: &Binding) -> usize {
+/// How a step's generated kernel walks its coalesced bindings.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Walk {
+    /// Eight elements per thread with 16-byte loads and stores (`ld8`/`st8`) at the output's
+    /// flat position: every operand lies dense like the output.
+    Dense8,
+    /// Eight elements per thread, each operand's offset found from the index: every operand
+    /// runs contiguous along the last dim in chunks of 8 that start 16 bytes aligned (a
+    /// row-sliced operand, such as the halves of a fused gate/up projection).
+    Rows8,
+    /// One element per thread.
+    One,
+}
+
+fn walk(inputs: &[Binding], out: &Binding) -> Walk {
     let wide = |b: &Binding| {
         matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16) && b.byte_offset.is_multiple_of(16)
     };
-    let ok = out.is_contiguous()
-        && out.numel().is_multiple_of(8)
-        && wide(out)
-        && inputs.iter().all(|b| dense_like(b, out) && wide(b));
-    if ok {
-        8
+    if !wide(out) || !inputs.iter().all(wide) || !out.numel().is_multiple_of(8) {
+        return Walk::One;
+    }
+    if out.is_contiguous() && inputs.iter().all(|b| dense_like(b, out)) {
+        return Walk::Dense8;
+    }
+    let Some(&last) = out.shape.last() else {
+        return Walk::One;
+    };
+    let rows8 = |b: &Binding| {
+        let r = b.strides.len();
+        b.strides[r - 1] == 1 && b.strides[..r - 1].iter().all(|s| s.is_multiple_of(8))
+    };
+    if last.is_multiple_of(8) && rows8(out) && inputs.iter().all(rows8) {
+        Walk::Rows8
     } else {
+        Walk::One
+    }
+}
+
+/// Elements per thread of a step's generated kernel over its coalesced bindings: 8 on the
+/// 16-byte paths ([`Walk`]), else 1. The planner sizes the grid by it.
+pub(crate) fn per_thread(inputs: &[Binding], out: &Binding) -> usize {
+    if walk(inputs, out) == Walk::One {
         1
+    } else {
+        8
     }
 }
 
@@ -57,9 +86,11 @@ pub(crate) fn per_thread(inputs: &[Binding], out: &Binding) -> usize {
 pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (String, String) {
     let (out, inputs) = coalesce_bindings(out, inputs);
     let (out, inputs) = (&out, &inputs[..]);
-    let vec8 = per_thread(inputs, out) == 8;
+    let how = walk(inputs, out);
+    let vec8 = how != Walk::One;
     let rank = out.shape.len();
-    let dense = inputs.iter().all(|b| dense_like(b, out));
+    // Rows8 finds offsets as the one-element walk does, from the chunk's first element.
+    let dense = how != Walk::Rows8 && inputs.iter().all(|b| dense_like(b, out));
     let mut body = String::new();
     let n_in = inputs.len();
     let params: Vec<String> = (0..n_in)
@@ -72,21 +103,15 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
         "  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < {}; e += (i64)gridDim.x * blockDim.x) {{",
         if vec8 { "(n >> 3)" } else { "n" }
     );
-    if vec8 {
-        for (i, b) in inputs.iter().enumerate() {
-            let _ = writeln!(
-                body,
-                "    float v{i}[8]; ld8(i{i}.ptr, {}, e, v{i});",
-                dtype_code(b.dtype)
-            );
-        }
-        let _ = writeln!(
-            body,
-            "    float r[8];\n#pragma unroll\n    for (int u = 0; u < 8; ++u) {{"
-        );
+    if how == Walk::Rows8 {
+        let _ = writeln!(body, "    i64 ix0 = e * 8;");
+    }
+    if how == Walk::Dense8 {
+        // offsets in chunks of 8 elements: the output's flat chunk index
         for i in 0..n_in {
-            let _ = writeln!(body, "    float a{i} = v{i}[u];");
+            let _ = writeln!(body, "    i64 o{i} = e;");
         }
+        let _ = writeln!(body, "    i64 oo = e;");
     } else if dense || rank == 0 {
         for i in 0..n_in {
             let _ = writeln!(body, "    i64 o{i} = e;");
@@ -94,7 +119,11 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
         let _ = writeln!(body, "    i64 oo = e;");
     } else if out.numel() < i32::MAX as usize {
         // Shapes as constants: 32-bit division by constants is a multiply and shift.
-        let _ = writeln!(body, "    unsigned int rem = (unsigned int)e; i64 oo = 0;");
+        let first = if how == Walk::Rows8 { "ix0" } else { "e" };
+        let _ = writeln!(
+            body,
+            "    unsigned int rem = (unsigned int){first}; i64 oo = 0;"
+        );
         for i in 0..n_in {
             let _ = writeln!(body, "    i64 o{i} = 0;");
         }
@@ -112,7 +141,8 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
             let _ = writeln!(body, " }}");
         }
     } else {
-        let _ = writeln!(body, "    i64 rem = e, oo = 0;");
+        let first = if how == Walk::Rows8 { "ix0" } else { "e" };
+        let _ = writeln!(body, "    i64 rem = {first}, oo = 0;");
         for i in 0..n_in {
             let _ = writeln!(body, "    i64 o{i} = 0;");
         }
@@ -127,7 +157,31 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
             let _ = writeln!(body, " }}");
         }
     }
-    if !vec8 {
+    if vec8 {
+        // every load issued before any is used; Rows8's offsets are multiples of 8
+        let chunk = |o: &str| {
+            if how == Walk::Rows8 {
+                format!("({o} >> 3)")
+            } else {
+                o.to_string()
+            }
+        };
+        for (i, b) in inputs.iter().enumerate() {
+            let _ = writeln!(
+                body,
+                "    float v{i}[8]; ld8(i{i}.ptr, {}, {}, v{i});",
+                dtype_code(b.dtype),
+                chunk(&format!("o{i}"))
+            );
+        }
+        let _ = writeln!(
+            body,
+            "    float r[8];\n#pragma unroll\n    for (int u = 0; u < 8; ++u) {{"
+        );
+        for i in 0..n_in {
+            let _ = writeln!(body, "    float a{i} = v{i}[u];");
+        }
+    } else {
         for (i, b) in inputs.iter().enumerate() {
             let _ = writeln!(
                 body,
@@ -181,7 +235,16 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
     let result = stack.pop().unwrap_or_else(|| "0.0f".into());
     if vec8 {
         let _ = writeln!(body, "    r[u] = {result};\n    }}");
-        let _ = writeln!(body, "    st8(out.ptr, {}, e, r);", dtype_code(out.dtype));
+        let oo = if how == Walk::Rows8 {
+            "(oo >> 3)"
+        } else {
+            "oo"
+        };
+        let _ = writeln!(
+            body,
+            "    st8(out.ptr, {}, {oo}, r);",
+            dtype_code(out.dtype)
+        );
     } else {
         let _ = writeln!(
             body,
@@ -262,5 +325,49 @@ mod tests {
             assert!(src.contains(&case), "{case}");
         }
         assert!(!src.contains("case -1"));
+    }
+
+    /// silu(gate) * up over the two halves of a fused [128, 17920] projection: rows of 8960
+    /// contiguous elements 17920 apart, so the 16-byte walk with per-operand offsets.
+    #[test]
+    fn row_sliced_operands_take_the_16_byte_walk() {
+        let expr = Expr {
+            code: vec![
+                Instr::Load(0),
+                Instr::Unary(UnaryOp::Silu),
+                Instr::Load(1),
+                Instr::Binary(BinaryOp::Mul),
+            ],
+        };
+        let half = |off: u64| Binding {
+            slot: Slot::Arena,
+            byte_offset: off,
+            shape: vec![128, 8960],
+            strides: vec![17920, 1],
+            dtype: DType::BF16,
+        };
+        let out = dense(vec![128, 8960], DType::BF16);
+        let ins = [half(0), half(8960 * 2)];
+        assert_eq!(walk(&ins, &out), Walk::Rows8);
+        assert_eq!(per_thread(&ins, &out), 8);
+        let (code, _) = generate(&expr, &ins, &out);
+        for want in [
+            "i64 ix0 = e * 8;",
+            "ld8(i1.ptr, 2, (o1 >> 3), v1);",
+            "st8(out.ptr, 2, (oo >> 3), r);",
+        ] {
+            assert!(code.contains(want), "{want} not in\n{code}");
+        }
+        // a half starting 8 bytes into a 16-byte line, or rows of odd length: one per thread
+        assert_eq!(walk(&[half(8), half(8960 * 2)], &out), Walk::One);
+        let odd = Binding {
+            shape: vec![128, 8959],
+            ..half(0)
+        };
+        assert_eq!(
+            walk(&[odd.clone(), odd], &dense(vec![128, 8959], DType::BF16)),
+            Walk::One
+        );
+        assert_eq!(walk(&[out.clone(), out.clone()], &out), Walk::Dense8);
     }
 }

@@ -86,6 +86,36 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
         .input(rng, &[3, 40, 8], F32)
         .output(&[3, 40, 8], BF16),
     );
+    // silu(gate) * up over the halves of a fused [37, 2 * 200] projection: rows 400 apart,
+    // the second half 200 elements in (CUDA's 8-per-thread walk with per-operand offsets),
+    // and halves of a [5, 2 * 36] one whose second half starts 8 bytes into a 16-byte line.
+    let swiglu = vec![
+        Instr::Load(0),
+        Instr::Unary(UnaryOp::Silu),
+        Instr::Load(1),
+        Instr::Binary(BinaryOp::Mul),
+    ];
+    for (dt, rows, half) in [(BF16, 37, 200), (F32, 37, 200), (F16, 5, 36)] {
+        v.push(
+            Case::new(
+                format!(
+                    "elementwise silu(gate)*up {dt} over row halves of {}",
+                    2 * half
+                ),
+                ew(swiglu.clone()),
+            )
+            .view(rng, &[rows, 2 * half], dt, &[rows, half], &[2 * half, 1], 0)
+            .view(
+                rng,
+                &[rows, 2 * half],
+                dt,
+                &[rows, half],
+                &[2 * half, 1],
+                half,
+            )
+            .output(&[rows, half], dt),
+        );
+    }
     let gelu = vec![
         Instr::Load(0),
         Instr::Const(2.0),

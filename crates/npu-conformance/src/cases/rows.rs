@@ -42,6 +42,28 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             .input(rng, &[1536], BF16)
             .output(&[7, 1536], BF16),
     );
+    // 16-bit rows at the 16-byte path's limit (4 chunks of 8 a thread), over it (the
+    // two-pass fallback), and rows starting 8 bytes into a 16-byte line (fallback).
+    for (dt, rows, d) in [(F16, 3, 8192), (BF16, 2, 8200)] {
+        v.push(
+            Case::new(
+                format!("rms_norm {dt} {rows}x{d}"),
+                Kernel::RmsNorm { eps: 1e-5 },
+            )
+            .input(rng, &[rows, d], dt)
+            .input(rng, &[d], dt)
+            .output(&[rows, d], dt),
+        );
+    }
+    v.push(
+        Case::new(
+            "rms_norm bf16 rows at odd offsets",
+            Kernel::RmsNorm { eps: 1e-6 },
+        )
+        .view(rng, &[4, 1548], BF16, &[4, 1544], &[1548, 1], 4)
+        .input(rng, &[1544], BF16)
+        .output(&[4, 1544], BF16),
+    );
     v.push(
         Case::new(
             "rms_norm f32 strided rows of 33",

@@ -106,10 +106,79 @@ extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
 //   part 2, n2 elements: dest2[.., idx2[i], ..] = src2[.., i, ..]    (the values, into the cache)
 // The cache gets the rounded value out1 holds, as an index_copy reading out1 back would. An
 // index out of range reports step1 (the keys' index_copy) or step2 (the values').
+// rope_elem for 8 elements i .. i+7 of a row's first half and their partners i+h ..: item
+// `item` of the row-major walk over (rows, h / 8), 16-byte loads all issued before use. Needs
+// 16-bit x, c, s and out with contiguous, 16-byte aligned rows and d % 16 == 0 (the planner
+// checks). Stores both chunks; lo/hi get the stored values, *k the flat index of lo[0].
+__device__ __forceinline__ void rope_pair8(const TD& x, const TD& c, const TD& s, const TD& out, i64 item, float* lo,
+                                           float* hi, i64* k) {
+  const int r = x.rank;
+  const i64 d = x.sh[r - 1], h = d / 2, per = h / 8;
+  const i64 row = item / per, i = (item - row * per) * 8;
+  const unsigned short* xp = (const unsigned short*)x.ptr + offset_lead(x, r - 1, row) + i;
+  const unsigned short* cp = (const unsigned short*)c.ptr + offset_lead(c, r - 1, row) + i;
+  const unsigned short* sp = (const unsigned short*)s.ptr + offset_lead(s, r - 1, row) + i;
+  const uint4 u[6] = {*(const uint4*)xp, *(const uint4*)(xp + h), *(const uint4*)cp,
+                      *(const uint4*)(cp + h), *(const uint4*)sp, *(const uint4*)(sp + h)};
+  float xl[8], xh[8], cl[8], ch[8], sl[8], sh[8];
+  unpack8(u[0], x.dt, xl);
+  unpack8(u[1], x.dt, xh);
+  unpack8(u[2], c.dt, cl);
+  unpack8(u[3], c.dt, ch);
+  unpack8(u[4], s.dt, sl);
+  unpack8(u[5], s.dt, sh);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    lo[j] = round_dt(out.dt, xl[j] * cl[j] + (-xh[j]) * sl[j]);
+    hi[j] = round_dt(out.dt, xh[j] * ch[j] + xl[j] * sh[j]);
+  }
+  const u64 op = out.ptr + 2 * (u64)(offset_lead(out, r - 1, row) + i);
+  st8(op, out.dt, 0, lo);
+  st8(op + 2 * (u64)h, out.dt, 0, hi);
+  *k = row * d + i;
+}
+
+// Eight consecutive elements of an index_copy along a dim other than the last, 16-byte rows
+// on both sides in one dtype: a raw 16-byte copy.
+__device__ __forceinline__ void index_copy8(const TD& index, const TD& src, const TD& dest, int axis, i64 e, int* err,
+                                            int step) {
+  i64 so, dof;
+  if (!index_copy_at(index, src, dest, axis, e, &so, &dof)) {
+    report(err, step);
+    return;
+  }
+  *(uint4*)((unsigned short*)dest.ptr + dof) = *(const uint4*)((const unsigned short*)src.ptr + so);
+}
+
+// vec (the planner checks rope_pair8's and index_copy8's layouts for every part): items of
+// 16 rotated elements for parts 0 and 1, 8 copied for part 2; the cache gets the keys as
+// eight-element stores of the rounded values.
 extern "C" __global__ void k_rope_cache(TD x0, TD c0, TD s0, TD out0, i64 n0, TD x1, TD c1, TD s1, TD out1, i64 n1,
                                         int scatter1, TD idx1, TD dest1, int axis1, TD idx2, TD src2, TD dest2,
-                                        int axis2, i64 n2, int* err, int step1, int step2) {
+                                        int axis2, i64 n2, int* err, int step1, int step2, int vec) {
   pdl_enter();
+  if (vec) {
+    const i64 a0 = n0 / 16, a1 = n1 / 16, items = a0 + a1 + n2 / 8;
+    for (i64 it = blockIdx.x * (i64)blockDim.x + threadIdx.x; it < items; it += (i64)gridDim.x * blockDim.x) {
+      float lo[8], hi[8];
+      i64 k;
+      if (it < a0) {
+        rope_pair8(x0, c0, s0, out0, it, lo, hi, &k);
+      } else if (it < a0 + a1) {
+        rope_pair8(x1, c1, s1, out1, it - a0, lo, hi, &k);
+        if (!scatter1) continue;
+        const i64 h = out1.sh[out1.rank - 1] / 2;
+        i64 so, dof;
+        if (index_copy_at(idx1, out1, dest1, axis1, k, &so, &dof)) st8(dest1.ptr + 2 * (u64)dof, dest1.dt, 0, lo);
+        else report(err, step1);
+        if (index_copy_at(idx1, out1, dest1, axis1, k + h, &so, &dof)) st8(dest1.ptr + 2 * (u64)dof, dest1.dt, 0, hi);
+        else report(err, step1);
+      } else {
+        index_copy8(idx2, src2, dest2, axis2, (it - a0 - a1) * 8, err, step2);
+      }
+    }
+    return;
+  }
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n0 + n1 + n2; e += (i64)gridDim.x * blockDim.x) {
     if (e < n0) {
       rope_elem(x0, c0, s0, out0, e);
@@ -167,6 +236,17 @@ extern "C" __global__ void k_softmax(TD x, TD mask, int has_mask, float scale, T
 // (every load issued before the first use: one memory latency, not one per element); longer
 // rows take a second pass over x.
 #define RN_MAX 8
+// The 16-byte path: 16-bit x, w and out, each contiguous along the row and 16-byte aligned,
+// d % 8 == 0 and at most RN8 chunks of 8 per thread. Every load of the row and the weight is
+// issued before any is used: through ld()'s dtype switch each waited for the one before (ncu:
+// 12.2 us for a 1536-wide row of a 128-token prefill, 55 launches a run).
+#define RN8 4
+__device__ __forceinline__ bool rms_rows16(const TD& x, const TD& w, const TD& out, i64 d, i64 xo, i64 oo, int nt) {
+  return is16_dt(x.dt) && is16_dt(w.dt) && is16_dt(out.dt) && x.st[x.rank - 1] == 1 && w.st[w.rank - 1] == 1 &&
+         out.st[out.rank - 1] == 1 && (d % 8) == 0 && d / 8 <= (i64)RN8 * nt && (xo % 8) == 0 && (oo % 8) == 0 &&
+         (x.ptr % 16) == 0 && (w.ptr % 16) == 0 && (out.ptr % 16) == 0;
+}
+
 extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
   pdl_enter();
   int r = x.rank;
@@ -174,6 +254,44 @@ extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
   i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
   i64 xs = x.st[r - 1], ws = w.st[w.rank - 1], os = out.st[r - 1];
   int nt = blockDim.x, t = threadIdx.x;
+  if (rms_rows16(x, w, out, d, xo, oo, nt)) {
+    const int c8 = (int)(d / 8);
+    const uint4* xp = (const uint4*)((const unsigned short*)x.ptr + xo);
+    const uint4* wp = (const uint4*)w.ptr;
+    uint4 xr[RN8], wr[RN8];
+#pragma unroll
+    for (int j = 0; j < RN8; ++j) {
+      const int c = min(t + j * nt, c8 - 1);
+      xr[j] = xp[c];
+      wr[j] = wp[c];
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < RN8; ++j) {
+      if (t + j * nt < c8) {
+        float v[8];
+        unpack8(xr[j], x.dt, v);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
+      }
+    }
+    ss = block_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / (float)d + eps);
+    const u64 op = out.ptr + 2 * (u64)oo;
+#pragma unroll
+    for (int j = 0; j < RN8; ++j) {
+      const int c = t + j * nt;
+      if (c < c8) {
+        float v[8], wv[8], y[8];
+        unpack8(xr[j], x.dt, v);
+        unpack8(wr[j], w.dt, wv);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) y[i] = round_dt(out.dt, v[i] * inv) * wv[i];
+        st8(op, out.dt, c, y);
+      }
+    }
+    return;
+  }
   bool regs = d <= (i64)RN_MAX * nt;
   float xv[RN_MAX], wv[RN_MAX];
   float ss = 0.0f;

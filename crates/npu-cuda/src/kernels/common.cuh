@@ -238,6 +238,18 @@ __device__ __forceinline__ void split_nchw(I e, I C, I H, I W, int cl, I& n, I& 
   }
 }
 
+// Eight packed 16-bit values of dtype dt as f32.
+__device__ __forceinline__ void unpack8(uint4 u, int dt, float* f) {
+  unsigned int w[4] = {u.x, u.y, u.z, u.w};
+  // unrolled: a runtime index would put w (and the caller's f) in local memory
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
+    f[2 * i] = h16_to_f32(lo, dt);
+    f[2 * i + 1] = h16_to_f32(hi, dt);
+  }
+}
+
 // Elements 8e .. 8e+7 of a 16-byte aligned f32/f16/bf16 array as f32 (one or two 16-byte
 // loads), and the rounding store of eight; dt is a literal in generated code, so the branch
 // folds away.

@@ -111,17 +111,6 @@ extern "C" __global__ void k_im2col(TD x, int c0, int cg, int kh, int kw, int sh
   }
 }
 
-__device__ __forceinline__ void unpack8(uint4 u, int dt, float* f) {
-  unsigned int w[4] = {u.x, u.y, u.z, u.w};
-  // unrolled: a runtime index would put w (and the caller's f) in local memory
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
-    f[2 * i] = h16_to_f32(lo, dt);
-    f[2 * i + 1] = h16_to_f32(hi, dt);
-  }
-}
-
 // M = 1: out[.., 0, n] = act(alpha * a[.., 0, :] . b[.., :, n] + beta * bias). One warp per
 // output column n, b contiguous along K. vec = 1: 16-bit b with 16-byte loads (K % 8 == 0,
 // rows 16-byte aligned). a is staged in shared memory as f32 (dynamic, K floats).

@@ -41,6 +41,24 @@ impl Group<'_> {
     }
 
     /// No part reads or writes what another part writes, but for the k -> k_write edge.
+    /// `k_rope_cache`'s vec path: every rotation over 16-bit rows of a length that splits
+    /// into halves of whole 16-byte chunks, the cache writes along a dim other than the last
+    /// into 16-bit rows of the same dtype.
+    fn rows16(&self) -> bool {
+        let rope = |s: &Step| {
+            let d = s.outputs[0].shape.last().copied().unwrap_or(0);
+            d.is_multiple_of(16) && s.inputs.iter().chain(&s.outputs).all(rows16)
+        };
+        let write = |s: &Step, src: &Binding| {
+            let (dest, r) = (&s.outputs[0], s.outputs[0].shape.len());
+            rows16(dest) && rows16(src) && src.dtype == dest.dtype && axis(s) as usize + 1 != r
+        };
+        rope(self.q)
+            && rope(self.k)
+            && self.k_write.is_none_or(|s| write(s, &self.k.outputs[0]))
+            && self.v_write.is_none_or(|s| write(s, &s.inputs[1]))
+    }
+
     fn independent(&self) -> bool {
         let mut outs: Vec<&Binding> = vec![&self.q.outputs[0], &self.k.outputs[0]];
         let mut ins: Vec<&Binding> = self.q.inputs.iter().chain(&self.k.inputs).collect();
@@ -58,6 +76,18 @@ impl Group<'_> {
             .all(|(i, a)| outs[i + 1..].iter().all(|b| !may_overlap(a, b)));
         disjoint_outs && outs.iter().all(|o| ins.iter().all(|i| !may_overlap(o, i)))
     }
+}
+
+/// 16-bit with contiguous rows starting 16 bytes aligned: eight elements a 16-byte access.
+fn rows16(b: &Binding) -> bool {
+    let r = b.shape.len();
+    b.dtype.size_bytes() == 2
+        && b.dtype.is_float()
+        && r >= 1
+        && b.strides[r - 1] == 1
+        && b.strides[..r - 1].iter().all(|s| s.is_multiple_of(8))
+        && b.byte_offset.is_multiple_of(16)
+        && b.shape[r - 1].is_multiple_of(8)
 }
 
 fn floats(s: &Step) -> bool {
@@ -141,9 +171,16 @@ impl Planner<'_> {
             Arg::I32(k_step as i32),
             Arg::I32(v_step as i32),
         ]);
+        let vec = g.rows16();
+        args.push(Arg::I32(i32::from(vec)));
+        let threads = if vec {
+            nq / 16 + nk / 16 + nv / 8
+        } else {
+            nq + nk + nv
+        };
         let launch: Launch = kl(
             self.f("k_rope_cache"),
-            (grid_for(nq + nk + nv), 1, 1),
+            (grid_for(threads), 1, 1),
             256,
             0,
             args,
@@ -232,5 +269,29 @@ mod tests {
         let mut steps = layer();
         steps[1].inputs[0].slot = Slot::Output(7);
         assert!(find(&steps).is_none());
+    }
+
+    #[test]
+    fn sixteen_byte_rows_take_the_vector_path() {
+        let steps = layer();
+        assert!(find(&steps).expect("a group").rows16());
+        // the sin table 8 bytes into a 16-byte line
+        let mut steps = layer();
+        steps[1].inputs[2].byte_offset += 8;
+        assert!(!find(&steps).expect("a group").rows16());
+        // a head dim whose halves are not whole 16-byte chunks
+        let mut steps = layer();
+        for st in &mut steps {
+            for bd in st.inputs.iter_mut().chain(st.outputs.iter_mut()) {
+                if bd.shape.len() == 4 {
+                    bd.shape[3] = 72;
+                }
+            }
+        }
+        assert!(!find(&steps).expect("a group").rows16());
+        // f32 tables
+        let mut steps = layer();
+        steps[0].inputs[1].dtype = DType::F32;
+        assert!(!find(&steps).expect("a group").rows16());
     }
 }
