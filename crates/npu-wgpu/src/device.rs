@@ -13,6 +13,9 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     /// The adapter writes timestamps at compute pass boundaries (`--profile`).
     pub timestamps: bool,
+    /// The most bytes one binding (and one part of a larger buffer) holds: the adapter's
+    /// limits, or less where asked, a multiple of 256 (so 16-byte views never straddle parts).
+    pub max_binding: u64,
 }
 
 fn rank(t: wgpu::DeviceType) -> u8 {
@@ -25,7 +28,20 @@ fn rank(t: wgpu::DeviceType) -> u8 {
     }
 }
 
-pub fn open() -> Result<Gpu, WgpuError> {
+/// Opens the device; `cap` (or `NPU_WGPU_MAX_BINDING`, in bytes) lowers the binding size
+/// below the adapter's, which lets tests bind tensors in parts on any adapter.
+pub fn open(cap: Option<u64>) -> Result<Gpu, WgpuError> {
+    let cap = match cap {
+        Some(c) => Some(c),
+        None => match std::env::var("NPU_WGPU_MAX_BINDING") {
+            Ok(v) => Some(v.trim().parse::<u64>().map_err(|_| {
+                WgpuError::Config(format!(
+                    "NPU_WGPU_MAX_BINDING is '{v}', not a number of bytes"
+                ))
+            })?),
+            Err(_) => None,
+        },
+    };
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
     let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     if let Ok(want) = std::env::var("NPU_WGPU_ADAPTER") {
@@ -52,7 +68,20 @@ pub fn open() -> Result<Gpu, WgpuError> {
         adapter: info.name.clone(),
         message: e.to_string(),
     })?;
+    let max_binding = limits
+        .max_storage_buffer_binding_size
+        .min(limits.max_buffer_size)
+        .min(cap.unwrap_or(u64::MAX))
+        / 256
+        * 256;
+    if max_binding == 0 {
+        return Err(WgpuError::Config(format!(
+            "a binding limit of {} bytes; at least 256 are needed",
+            cap.unwrap_or(0)
+        )));
+    }
     Ok(Gpu {
+        max_binding,
         device,
         queue,
         info,

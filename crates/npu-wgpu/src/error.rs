@@ -9,6 +9,9 @@ pub enum WgpuError {
     NoAdapter(String),
     #[error("the wgpu device could not be opened on {adapter}: {message}")]
     Device { adapter: String, message: String },
+    /// A setting of the backend (`NPU_WGPU_MAX_BINDING`, a constructor option) that cannot be used.
+    #[error("wgpu backend setting: {0}")]
+    Config(String),
 }
 
 impl From<WgpuError> for RuntimeError {

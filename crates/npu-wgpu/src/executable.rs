@@ -1,6 +1,7 @@
 //! Preparing and running a program on a wgpu device: one storage buffer per program slot
-//! (inputs, outputs, weights, constants, the arena), one compute pipeline per step, one
-//! command encoder per run and a single wait for the outputs' readback. The KV cache lives in
+//! (inputs, outputs, weights, constants, the arena; in parts where one binding cannot hold
+//! it), one compute pipeline per dispatch of a step (most have one; split attention two),
+//! one command encoder per run and a single wait for the outputs' readback. The KV cache lives in
 //! a [`WgpuState`] on the device from prefill through every decode step.
 
 use crate::device::Gpu;
@@ -26,67 +27,115 @@ fn gpu_error(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::InvalidProgram(format!("wgpu: {what}: {e}"))
 }
 
-/// A storage buffer of at least `bytes` (rounded up to 4), zeroed.
-pub fn storage(gpu: &Gpu, bytes: usize, what: &str) -> Result<wgpu::Buffer> {
-    let size = (bytes.max(4) as u64).div_ceil(4) * 4;
-    let max = gpu
-        .limits
-        .max_storage_buffer_binding_size
-        .min(gpu.limits.max_buffer_size);
-    if size > max {
+/// A program buffer on the device: one storage buffer, or consecutive parts of `part_bytes`
+/// each where it is larger than one binding may be (the shaders pick the part per word).
+pub struct Store {
+    parts: Vec<wgpu::Buffer>,
+    part_bytes: u64,
+}
+
+impl Store {
+    fn layout(&self) -> wgsl::Layout {
+        if self.parts.len() == 1 {
+            wgsl::Layout::WHOLE
+        } else {
+            wgsl::Layout {
+                parts: self.parts.len() as u32,
+                part_words: self.part_bytes / 4,
+            }
+        }
+    }
+
+    /// Bytes over all parts.
+    fn size(&self) -> u64 {
+        self.parts.iter().map(wgpu::Buffer::size).sum()
+    }
+}
+
+/// A zeroed buffer of at least `bytes`, in parts of at most `gpu.max_binding` bytes.
+/// Sizes are rounded up to 16 bytes so that a 16-byte view covers every element.
+pub fn storage(gpu: &Gpu, bytes: usize, what: &str) -> Result<Store> {
+    let size = (bytes.max(4) as u64).div_ceil(16) * 16;
+    let part_bytes = gpu.max_binding;
+    let parts = size.div_ceil(part_bytes);
+    if parts > u64::from(u32::MAX) || size > u64::from(u32::MAX) * 4 {
         return Err(RuntimeError::TooLarge {
-            what: format!("{what} (one wgpu binding on {})", gpu.info.name),
+            what: format!("{what} (word offsets on {})", gpu.info.name),
             bytes: u128::from(size),
-            limit: max,
+            limit: u64::from(u32::MAX) * 4,
         });
     }
-    Ok(gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(what),
-        size,
-        usage: wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_DST
-            | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    }))
+    let parts = (0..parts)
+        .map(|p| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(what),
+                size: (size - p * part_bytes).min(part_bytes),
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        })
+        .collect();
+    Ok(Store { parts, part_bytes })
 }
 
-/// Writes `bytes` at the start of `buf` (padded to 4).
-fn upload(gpu: &Gpu, buf: &wgpu::Buffer, bytes: &[u8]) {
-    if bytes.len().is_multiple_of(4) {
-        gpu.queue.write_buffer(buf, 0, bytes);
-    } else {
-        let mut padded = bytes.to_vec();
+/// Writes `bytes` at the start of `store` (padded to 4), part by part.
+fn upload(gpu: &Gpu, store: &Store, bytes: &[u8]) {
+    let mut padded;
+    let mut bytes = bytes;
+    if !bytes.len().is_multiple_of(4) {
+        padded = bytes.to_vec();
         padded.resize(bytes.len().div_ceil(4) * 4, 0);
-        gpu.queue.write_buffer(buf, 0, &padded);
+        bytes = &padded;
+    }
+    for (p, buf) in store.parts.iter().enumerate() {
+        let at = (p as u64 * store.part_bytes) as usize;
+        if at >= bytes.len() {
+            break;
+        }
+        let end = (at + store.part_bytes as usize).min(bytes.len());
+        gpu.queue.write_buffer(buf, 0, &bytes[at..end]);
     }
 }
 
-/// A host-readable buffer for reading back `bytes` (rounded up to 4).
+/// A host-readable buffer for reading back `bytes` (rounded up to 16, as storage is).
 fn staging(gpu: &Gpu, bytes: usize) -> wgpu::Buffer {
     gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("readback"),
-        size: (bytes.max(4) as u64).div_ceil(4) * 4,
+        size: (bytes.max(4) as u64).div_ceil(16) * 16,
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     })
 }
 
-/// Copies the first `bytes` of each `(buffer, its staging buffer, bytes)` to the host, with
-/// one submission and one wait.
-fn download(
-    gpu: &Gpu,
-    bufs: &[(&wgpu::Buffer, &wgpu::Buffer, usize)],
-    mut encoder: wgpu::CommandEncoder,
-) -> Result<Vec<Vec<u8>>> {
-    for (b, s, _) in bufs {
-        encoder.copy_buffer_to_buffer(b, 0, s, 0, s.size());
+/// What `download` reads: a device buffer (its parts), the staging buffer it is copied to,
+/// and how many bytes of it are wanted.
+type Read<'a> = (Vec<&'a wgpu::Buffer>, &'a wgpu::Buffer, usize);
+
+/// Copies the first `bytes` of each `(parts, staging buffer, bytes)` to the host, with one
+/// submission and one blocking wait on that submission. The maps are requested before the
+/// submit (`map_buffer_on_submit`), so the wait covers the kernels, the copies and the maps
+/// at once and nothing waits in a second round trip.
+fn download(gpu: &Gpu, bufs: &[Read], mut encoder: wgpu::CommandEncoder) -> Result<Vec<Vec<u8>>> {
+    for (parts, s, _) in bufs {
+        let mut at = 0;
+        for b in parts {
+            let n = b.size().min(s.size() - at);
+            if n == 0 {
+                break;
+            }
+            encoder.copy_buffer_to_buffer(b, 0, s, at, n);
+            at += n;
+        }
+        encoder.map_buffer_on_submit(s, wgpu::MapMode::Read, .., |_| {});
     }
-    gpu.queue.submit([encoder.finish()]);
-    for (_, s, _) in bufs {
-        s.map_async(wgpu::MapMode::Read, .., |_| {});
-    }
+    let index = gpu.queue.submit([encoder.finish()]);
     gpu.device
-        .poll(wgpu::PollType::wait_indefinitely())
+        .poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })
         .map_err(|e| gpu_error("waiting for the device", e))?;
     bufs.iter()
         .map(|(_, s, n)| {
@@ -103,7 +152,7 @@ fn download(
 /// A named state buffer: storage dtype, shape, device buffer.
 struct StateBuf {
     io: IoTensor,
-    buf: wgpu::Buffer,
+    buf: Store,
 }
 
 /// The wgpu backend's device state: named device buffers (the KV cache).
@@ -120,7 +169,7 @@ pub struct WgpuState {
 static STATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl WgpuState {
-    fn ensure(&mut self, io: &IoTensor) -> Result<&wgpu::Buffer> {
+    fn ensure(&mut self, io: &IoTensor) -> Result<&Store> {
         if !self.bufs.contains_key(&io.name) {
             let buf = storage(&self.gpu, io_bytes(io), &format!("state '{}'", io.name))?;
             self.generation += 1;
@@ -148,7 +197,9 @@ impl DeviceState for WgpuState {
         let s = self.bufs.get(name).ok_or_else(|| missing_state(name))?;
         let enc = self.gpu.device.create_command_encoder(&Default::default());
         let n = io_bytes(&s.io);
-        let bytes = download(&self.gpu, &[(&s.buf, &staging(&self.gpu, n), n)], enc)?.remove(0);
+        let read = staging(&self.gpu, s.buf.size() as usize);
+        let bytes =
+            download(&self.gpu, &[(s.buf.parts.iter().collect(), &read, n)], enc)?.remove(0);
         HostTensor::new(s.io.storage, s.io.shape.clone(), bytes)
     }
     fn write(&mut self, name: &str, value: &HostTensor) -> Result<()> {
@@ -177,26 +228,26 @@ enum Buf {
     Arena,
 }
 
-/// A compiled step: its pipeline, bind group layout, the buffers in binding order, and its
-/// dispatch size.
+/// A compiled step: its bind group layout, what each binding is (a part of a program buffer,
+/// or the step's scratch), and its dispatches (pipeline and workgroup grid), in order.
 struct StepPipe {
-    pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
-    buffers: Vec<Buf>,
-    groups: (u32, u32),
+    bindings: Vec<(Option<Buf>, u32)>,
+    scratch: Option<wgpu::Buffer>,
+    passes: Vec<(wgpu::ComputePipeline, (u32, u32))>,
 }
 
 pub struct WgpuExecutable {
     gpu: Arc<Gpu>,
     program: Program,
     plan: IoPlan,
-    inputs: Vec<Option<wgpu::Buffer>>,
-    outputs: Vec<Option<wgpu::Buffer>>,
+    inputs: Vec<Option<Store>>,
+    outputs: Vec<Option<Store>>,
     /// Where each non-donating output is read back (made once, reused every run).
     readback: Vec<Option<wgpu::Buffer>>,
-    weights: Vec<Arc<wgpu::Buffer>>,
-    consts: Vec<wgpu::Buffer>,
-    arena: wgpu::Buffer,
+    weights: Vec<Arc<Store>>,
+    consts: Vec<Store>,
+    arena: Store,
     steps: Vec<StepPipe>,
     /// While profiling: timestamps at every step's pass boundaries, where they resolve, and
     /// where that is read back.
@@ -214,7 +265,7 @@ impl WgpuExecutable {
         gpu: Arc<Gpu>,
         program: &Program,
         weights: &dyn WeightSource,
-        cache: &mut HashMap<String, Weak<wgpu::Buffer>>,
+        cache: &mut WeightCache,
     ) -> Result<WgpuExecutable> {
         let plan = prepare::check(program, weights, MAX_RANK)?;
         let program = program.clone();
@@ -242,7 +293,15 @@ impl WgpuExecutable {
             .outputs
             .iter()
             .zip(&plan.donates)
-            .map(|(io, d)| d.is_none().then(|| staging(&gpu, io_bytes(io))))
+            .zip(&outputs)
+            .map(|((io, d), buf): (_, &Option<Store>)| {
+                d.is_none().then(|| {
+                    staging(
+                        &gpu,
+                        buf.as_ref().map_or(io_bytes(io), |b| b.size() as usize),
+                    )
+                })
+            })
             .collect();
         let weights = prepare::weights(&program, weights, cache, |name, host| {
             let buf = storage(&gpu, host.bytes().len(), &format!("weight '{name}'"))?;
@@ -312,15 +371,34 @@ impl WgpuExecutable {
                 }
             }
         });
-        let shader =
-            wgsl::shader(step, &ops, &buffers).map_err(|m| step_error(i, &step.origin, kind, m))?;
+        let layout_of = |id: usize| self.layout_of(ids[id]);
+        let caps = wgsl::Caps {
+            workgroup_bytes: self.gpu.limits.max_compute_workgroup_storage_size,
+        };
+        let shader = wgsl::shader(step, &ops, &buffers, &layout_of, caps)
+            .map_err(|m| step_error(i, &step.origin, kind, m))?;
+        let max_bindings = self.gpu.limits.max_storage_buffers_per_shader_stage as usize;
+        if shader.bindings.len() > max_bindings {
+            return Err(step_error(
+                i,
+                &step.origin,
+                kind,
+                format!(
+                    "{} storage bindings (large tensors bind in parts of {} bytes), more than the {} {} allows",
+                    shader.bindings.len(),
+                    self.gpu.max_binding,
+                    max_bindings,
+                    self.gpu.info.name
+                ),
+            ));
+        }
         let device = &self.gpu.device;
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&step.origin),
             source: wgpu::ShaderSource::Wgsl(shader.source.as_str().into()),
         });
-        let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..buffers.len() as u32)
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..shader.bindings.len() as u32)
             .map(|b| wgpu::BindGroupLayoutEntry {
                 binding: b,
                 visibility: wgpu::ShaderStages::COMPUTE,
@@ -341,14 +419,20 @@ impl WgpuExecutable {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(&step.origin),
-            layout: Some(&pl),
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let pipelines: Vec<wgpu::ComputePipeline> = shader
+            .passes
+            .iter()
+            .map(|p| {
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(&step.origin),
+                    layout: Some(&pl),
+                    module: &module,
+                    entry_point: Some(p.entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+            })
+            .collect();
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(step_error(
                 i,
@@ -357,29 +441,88 @@ impl WgpuExecutable {
                 format!("the generated WGSL was refused: {e}"),
             ));
         }
-        let groups = if shader.lanes > 1 {
-            shader.items.max(1)
-        } else {
-            shader.items.div_ceil(u64::from(WORKGROUP)).max(1)
-        };
-        let max = u64::from(self.gpu.limits.max_compute_workgroups_per_dimension);
-        let x = groups.min(max);
-        let y = groups.div_ceil(x);
-        if y > max {
+        let mut passes = Vec::new();
+        for (pipeline, pass) in pipelines.into_iter().zip(&shader.passes) {
+            let groups = if pass.lanes > 1 {
+                pass.items.max(1)
+            } else {
+                pass.items.div_ceil(u64::from(WORKGROUP)).max(1)
+            };
+            let max = u64::from(self.gpu.limits.max_compute_workgroups_per_dimension);
+            let x = groups.min(max);
+            let y = groups.div_ceil(x);
+            if y > max {
+                return Err(step_error(
+                    i,
+                    &step.origin,
+                    kind,
+                    format!("{} work items do not fit one dispatch", pass.items),
+                ));
+            }
+            passes.push((pipeline, (x as u32, y as u32)));
+        }
+        let scratch = (shader.scratch_bytes > 0)
+            .then(|| {
+                storage(
+                    &self.gpu,
+                    shader.scratch_bytes as usize,
+                    "attention scratch",
+                )
+            })
+            .transpose()?;
+        if scratch.as_ref().is_some_and(|s| s.parts.len() > 1) {
             return Err(step_error(
                 i,
                 &step.origin,
                 kind,
-                format!("{} work items do not fit one dispatch", shader.items),
+                format!(
+                    "{} bytes of scratch, more than one binding",
+                    shader.scratch_bytes
+                ),
             ));
         }
-        let order = buffers.iter().map(|(id, _)| ids[*id]).collect();
+        let bindings = shader
+            .bindings
+            .iter()
+            .map(|b| match b {
+                wgsl::Bind::Part { buffer, part } => (Some(ids[buffers[*buffer].0]), *part),
+                wgsl::Bind::Scratch => (None, 0),
+            })
+            .collect();
         Ok(StepPipe {
-            pipeline,
             layout,
-            buffers: order,
-            groups: (x as u32, y as u32),
+            bindings,
+            scratch: scratch.and_then(|s| s.parts.into_iter().next()),
+            passes,
         })
+    }
+
+    /// How `b`'s buffer is laid out in parts. State buffers are made at the first run; their
+    /// size is known from the program, so their layout is too.
+    fn layout_of(&self, b: Buf) -> wgsl::Layout {
+        let bytes = match b {
+            Buf::Input(i) => match &self.inputs[i] {
+                Some(s) => return s.layout(),
+                None => io_bytes(&self.program.inputs[i]),
+            },
+            Buf::Output(o) => {
+                return self.outputs[o]
+                    .as_ref()
+                    .map_or(wgsl::Layout::WHOLE, Store::layout)
+            }
+            Buf::Weight(w) => return self.weights[w].layout(),
+            Buf::Const(c) => return self.consts[c].layout(),
+            Buf::Arena => return self.arena.layout(),
+        };
+        let size = (bytes.max(4) as u64).div_ceil(16) * 16;
+        if size <= self.gpu.max_binding {
+            wgsl::Layout::WHOLE
+        } else {
+            wgsl::Layout {
+                parts: size.div_ceil(self.gpu.max_binding) as u32,
+                part_words: self.gpu.max_binding / 4,
+            }
+        }
     }
 
     /// Every step's bind group over this executable's buffers and `state`'s.
@@ -388,12 +531,18 @@ impl WgpuExecutable {
             .iter()
             .map(|s| {
                 let entries: Vec<wgpu::BindGroupEntry> = s
-                    .buffers
+                    .bindings
                     .iter()
                     .enumerate()
-                    .map(|(j, b)| wgpu::BindGroupEntry {
-                        binding: j as u32,
-                        resource: self.buffer(*b, state).as_entire_binding(),
+                    .map(|(j, (b, part))| {
+                        let buf = match b {
+                            Some(b) => &self.buffer(*b, state).parts[*part as usize],
+                            None => s.scratch.as_ref().expect("a step with scratch made it"),
+                        };
+                        wgpu::BindGroupEntry {
+                            binding: j as u32,
+                            resource: buf.as_entire_binding(),
+                        }
                     })
                     .collect();
                 self.gpu
@@ -407,7 +556,7 @@ impl WgpuExecutable {
             .collect()
     }
 
-    fn buffer<'a>(&'a self, b: Buf, state: &'a WgpuState) -> &'a wgpu::Buffer {
+    fn buffer<'a>(&'a self, b: Buf, state: &'a WgpuState) -> &'a Store {
         match b {
             Buf::Input(i) => match &self.inputs[i] {
                 Some(buf) => buf,
@@ -510,9 +659,11 @@ impl Executable for WgpuExecutable {
             None => {
                 let mut pass = encoder.begin_compute_pass(&Default::default());
                 for (s, g) in self.steps.iter().zip(groups) {
-                    pass.set_pipeline(&s.pipeline);
                     pass.set_bind_group(0, g, &[]);
-                    pass.dispatch_workgroups(s.groups.0, s.groups.1, 1);
+                    for (pipeline, (x, y)) in &s.passes {
+                        pass.set_pipeline(pipeline);
+                        pass.dispatch_workgroups(*x, *y, 1);
+                    }
                 }
             }
             Some((set, resolve, _)) => {
@@ -527,26 +678,34 @@ impl Executable for WgpuExecutable {
                         label: None,
                         timestamp_writes: writes,
                     });
-                    pass.set_pipeline(&s.pipeline);
                     pass.set_bind_group(0, g, &[]);
-                    pass.dispatch_workgroups(s.groups.0, s.groups.1, 1);
+                    for (pipeline, (x, y)) in &s.passes {
+                        pass.set_pipeline(pipeline);
+                        pass.dispatch_workgroups(*x, *y, 1);
+                    }
                 }
                 encoder.resolve_query_set(set, 0..2 * timed as u32, resolve, 0);
             }
         }
-        let plain: Vec<(usize, &wgpu::Buffer, &wgpu::Buffer)> = self
+        let plain: Vec<(usize, &Store, &wgpu::Buffer)> = self
             .outputs
             .iter()
             .zip(&self.readback)
             .enumerate()
             .filter_map(|(o, (b, r))| Some((o, b.as_ref()?, r.as_ref()?)))
             .collect();
-        let mut reads: Vec<(&wgpu::Buffer, &wgpu::Buffer, usize)> = plain
+        let mut reads: Vec<Read> = plain
             .iter()
-            .map(|(o, b, r)| (*b, *r, io_bytes(&self.program.outputs[*o])))
+            .map(|(o, b, r)| {
+                (
+                    b.parts.iter().collect(),
+                    *r,
+                    io_bytes(&self.program.outputs[*o]),
+                )
+            })
             .collect();
         if let Some((_, resolve, read)) = &self.queries {
-            reads.push((resolve, read, resolve.size() as usize));
+            reads.push((vec![resolve], read, resolve.size() as usize));
         }
         let mut bytes = download(&self.gpu, &reads, encoder)?;
         if self.queries.is_some() {
@@ -570,4 +729,4 @@ impl Executable for WgpuExecutable {
 }
 
 /// Prepared executables share weight buffers through this cache.
-pub type WeightCache = HashMap<String, Weak<wgpu::Buffer>>;
+pub type WeightCache = HashMap<String, Weak<Store>>;

@@ -4,8 +4,9 @@
 //! Every kernel kind is generated as WGSL per step (`wgsl/`), with f16 and bf16 stored packed
 //! and converted in the shader and f32 arithmetic; the program's buffers, the KV cache state
 //! and the single readback per run are in `executable.rs`. The kernels are written for
-//! correctness on every layout first (one thread per output element or row); they are not
-//! tuned for speed yet.
+//! correctness on every layout first (one thread per output element or row); decode's
+//! matrix-vector products (`wgsl/gemv.rs`) and attention (`wgsl/attention.rs`) have paths of
+//! their own. Buffers beyond the adapter's binding size are bound in parts.
 
 mod device;
 mod error;
@@ -29,8 +30,19 @@ pub struct WgpuBackend {
 impl WgpuBackend {
     /// Opens the best adapter (see `device.rs`; `NPU_WGPU_ADAPTER` picks one by name).
     pub fn new() -> std::result::Result<WgpuBackend, WgpuError> {
+        Self::open(None)
+    }
+
+    /// As [`WgpuBackend::new`], with one binding holding at most `bytes` (rounded down to a
+    /// multiple of 256): larger tensors bind in parts of that size, as those beyond the
+    /// adapter's own limit do. Tests use it to exercise that on any adapter.
+    pub fn with_max_binding(bytes: u64) -> std::result::Result<WgpuBackend, WgpuError> {
+        Self::open(Some(bytes))
+    }
+
+    fn open(cap: Option<u64>) -> std::result::Result<WgpuBackend, WgpuError> {
         Ok(WgpuBackend {
-            gpu: Arc::new(device::open()?),
+            gpu: Arc::new(device::open(cap)?),
             weight_cache: Mutex::new(WeightCache::new()),
         })
     }

@@ -186,5 +186,40 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
         .view(rng, &[5, 4], F32, &[2, 5, 4], &[0, 4, 1], 0)
         .output_view(&[3, 2, 4], F32, &[2, 3, 4], &[4, 8, 1]),
     );
+    // Decode products whose activation rows outgrow a workgroup's memory on some adapters
+    // (wgpu then reads them from the buffer): Qwen2.5-1.5B's down projection, and two rows
+    // through the RMSNorm prologue.
+    v.push(
+        Case::new(
+            "gemm bf16 1x8960x1536 wT + residual",
+            Kernel::Gemm {
+                alpha: 1.0,
+                beta: 1.0,
+                act: None,
+                residual: true,
+                norm: None,
+            },
+        )
+        .input(rng, &[1, 8960], BF16)
+        .transposed(rng, &[8960, 1536], BF16)
+        .input(rng, &[1, 1536], BF16)
+        .output(&[1, 1536], BF16),
+    );
+    v.push(
+        Case::new(
+            "gemm f16 2x4096x300 rms_norm prologue",
+            Kernel::Gemm {
+                alpha: 1.0,
+                beta: 1.0,
+                act: None,
+                residual: false,
+                norm: Some(1e-6),
+            },
+        )
+        .input(rng, &[2, 4096], F16)
+        .transposed(rng, &[4096, 300], F16)
+        .input(rng, &[4096], F16)
+        .output(&[2, 300], F16),
+    );
     v
 }

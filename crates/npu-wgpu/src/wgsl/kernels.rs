@@ -4,23 +4,23 @@
 //! every layout first; the contract of each kind is `npu_program::program::Kernel`'s.
 
 use super::pointwise::{self, lit};
-use super::{names, offset, round_to, unravel, Body, Operand};
+use super::{names, offset, round_to, unravel, Body, Caps, Operand};
 use npu_program::program::{Kernel, PoolKind, ReduceOp, Step};
 use std::fmt::Write;
 
-fn numel(shape: &[usize]) -> u64 {
+pub(super) fn numel(shape: &[usize]) -> u64 {
     shape.iter().map(|&d| d as u64).product()
 }
 
 /// `act(v)` as an expression, or `v`.
-fn act(a: Option<npu_ir::UnaryOp>, v: &str) -> String {
+pub(super) fn act(a: Option<npu_ir::UnaryOp>, v: &str) -> String {
     a.map_or(v.to_string(), |u| pointwise::unary(u, v))
 }
 
 /// `acc += term(c)` for c in 0..n, eight terms per iteration: Mesa's llvmpipe (lavapipe)
 /// stops a shader invocation after 65535 loop iterations, and attention's dot products over
 /// long contexts would pass that one term at a time.
-fn dot_loop(acc: &str, n: usize, term: &dyn Fn(&str) -> String) -> String {
+pub(super) fn dot_loop(acc: &str, n: usize, term: &dyn Fn(&str) -> String) -> String {
     let mut s = String::new();
     let body: Vec<String> = (0..8).map(|j| term(&format!("(c + {j}u)"))).collect();
     let _ = writeln!(s, "            var c = 0u;");
@@ -57,7 +57,7 @@ const GEMV_LANES: u32 = 64;
 const ATTN_LANES: u32 = 256;
 
 /// The kernel body over work item `t` and the item count.
-pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
+pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Body, String> {
     let n_in = step.inputs.len();
     let out = &ops[n_in];
     let o = n_in; // the output operand's index
@@ -109,6 +109,9 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
             residual,
             norm,
         } => {
+            if let Some(body) = super::gemv::body(step, ops, caps)? {
+                return Ok(body);
+            }
             let (x, w) = (&ops[0], &ops[1]);
             // Which inputs are the bias and the norm weight, by the contract's own reading.
             let positions: Vec<usize> = (0..n_in).collect();
@@ -131,9 +134,9 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
                 wi[r - 2] = e.into();
                 offset(w, &wi)
             };
-            // A few rows over a long K (decode's matrix-vector products): the 64 lanes of a
-            // workgroup split K, so consecutive lanes read consecutive weights; otherwise one
-            // thread per output element.
+            // A few rows over a long K that `gemv.rs` does not take (a weight along N, an odd
+            // K, a batch): the 64 lanes of a workgroup split K, so consecutive lanes read
+            // consecutive weights; otherwise one thread per output element.
             let cooperative = numel(&oshape[..r - 1]) <= 8 && k >= 128;
             if cooperative {
                 lanes = GEMV_LANES;
@@ -495,12 +498,16 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
             numel(oshape)
         }
         Kernel::Attention { scale, causal } => {
-            // One workgroup per (query row, chunk of DC output dims): each lane runs an online
-            // softmax over its own keys (t = lane, lane + 64, ...) with DC accumulators, and the
-            // lanes' partial results merge at the end (flash-decoding inside a workgroup). Every
-            // chunk of a row recomputes the row's scores; in exchange a decode step has enough
-            // workgroups to fill the GPU and no lane walks more than T / 64 keys. (One thread
-            // per row with a private array of D accumulators gave zeros on lavapipe, Mesa 22.3.)
+            if let Some(body) = super::attention::split(ops, n_in, *scale, *causal) {
+                return Ok(body);
+            }
+            // Many query rows (decode's few take `attention.rs`'s split body): one workgroup
+            // per (query row, chunk of DC output dims): each lane runs an online softmax over
+            // its own keys (t = lane, lane + 256, ...) with DC accumulators, and the lanes'
+            // partial results merge at the end (flash-decoding inside a workgroup). Every chunk
+            // of a row recomputes the row's scores; in exchange no lane walks more than T / 256
+            // keys. (One thread per row with a private array of D accumulators gave zeros on
+            // lavapipe, Mesa 22.3.)
             const DC: usize = 8;
             lanes = ATTN_LANES;
             let (q, k) = (&ops[0], &ops[1]);
@@ -603,9 +610,5 @@ pub fn body(step: &Step, ops: &[Operand]) -> Result<Body, String> {
             numel(&items_shape)
         }
     };
-    Ok(Body {
-        code: b,
-        items,
-        lanes,
-    })
+    Ok(Body::new(b, items, lanes))
 }

@@ -12,6 +12,8 @@
 //! arities are the contract's; what this module refuses is what WGSL or the adapter cannot do
 //! (element offsets beyond u32, dtypes it has no access for, attention head dims over 256).
 
+mod attention;
+mod gemv;
 mod kernels;
 pub mod pointwise;
 
@@ -33,15 +35,53 @@ pub struct Operand {
     pub strides: Vec<usize>,
 }
 
-/// A generated shader: its source, the buffers it binds (indices into the caller's list of
-/// distinct buffers, in binding order) and the number of work items.
+/// How a buffer is bound: as `parts` bindings of `part_words` 32-bit words each (the last may
+/// be shorter). One binding unless the buffer is larger than the adapter lets one binding be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub parts: u32,
+    pub part_words: u64,
+}
+
+impl Layout {
+    pub const WHOLE: Layout = Layout {
+        parts: 1,
+        part_words: u64::MAX,
+    };
+}
+
+/// What the adapter allows a shader beyond WebGPU's defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    /// Bytes of workgroup memory one workgroup may use.
+    pub workgroup_bytes: u32,
+}
+
+/// One binding of a shader, in binding order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    /// Part `part` of the caller's distinct buffer `buffer`.
+    Part { buffer: usize, part: u32 },
+    /// The step's own scratch buffer (`scratch_bytes`).
+    Scratch,
+}
+
+/// One dispatch of a step: the entry point, its work items and lanes per item (1: one thread
+/// per item; more: each item is a whole workgroup of this many lanes).
+#[derive(Debug, Clone)]
+pub struct Pass {
+    pub entry: &'static str,
+    pub items: u64,
+    pub lanes: u32,
+}
+
+/// A generated shader: its source, its bindings and the dispatches that run it, in order.
 #[derive(Debug, Clone)]
 pub struct Shader {
     pub source: String,
-    pub items: u64,
-    /// Lanes per work item: 1 for one thread per item, else each item is a whole workgroup
-    /// of this many lanes (they split the item's reduction).
-    pub lanes: u32,
+    pub bindings: Vec<Bind>,
+    pub passes: Vec<Pass>,
+    pub scratch_bytes: u64,
 }
 
 /// A kernel body over work item `t` (and, when `lanes` > 1, lane `lane` of the item's
@@ -50,6 +90,29 @@ pub struct Body {
     pub code: String,
     pub items: u64,
     pub lanes: u32,
+    /// Buffers (binding indices) the body also reads as `array<vec4<u32>>` through `wv{j}`
+    /// (16 bytes a load).
+    pub vec4: Vec<usize>,
+    /// Module-scope declarations the body uses (workgroup arrays, helpers).
+    pub globals: String,
+    /// f32 words of scratch the body uses as `scr`.
+    pub scratch: u64,
+    /// A second pass with the same lanes, run after this one: its body and item count.
+    pub then: Option<(String, u64)>,
+}
+
+impl Body {
+    pub fn new(code: String, items: u64, lanes: u32) -> Body {
+        Body {
+            code,
+            items,
+            lanes,
+            vec4: Vec::new(),
+            globals: String::new(),
+            scratch: 0,
+            then: None,
+        }
+    }
 }
 
 /// Workgroup reductions for cooperative bodies (`LANES` lanes, a power of two): `wg_sum` and
@@ -121,69 +184,197 @@ pub fn operands(
     (ops, buffers)
 }
 
-/// The shader of `step` over `ops` (inputs then outputs) bound as `buffers`.
-pub fn shader(step: &Step, ops: &[Operand], buffers: &[(usize, bool)]) -> Result<Shader, String> {
-    let n_in = step.inputs.len();
-    let mut src = String::new();
-    for (j, (_, atomic)) in buffers.iter().enumerate() {
-        let ty = if *atomic {
-            "array<atomic<u32>>"
+/// `value` of the part of buffer `j` that word `i` falls in: `read(name, r)` with `name`
+/// that part's binding and `r` the word's index there (one part: no test).
+fn by_part(
+    j: usize,
+    view: &str,
+    lay: Layout,
+    per: u64,
+    read: &dyn Fn(&str, &str) -> String,
+) -> String {
+    if lay.parts == 1 {
+        return read(&format!("{view}{j}"), "i");
+    }
+    let mut s = format!("let p = i / {per}u; let r = i - p * {per}u; switch p {{");
+    for p in 0..lay.parts {
+        let case = if p + 1 == lay.parts {
+            "default".to_string()
         } else {
-            "array<u32>"
+            format!("case {p}u")
         };
+        let _ = write!(s, " {case}: {{ {} }}", read(&format!("{view}{j}_{p}"), "r"));
+    }
+    s + " }"
+}
+
+/// Declares buffer `j`'s bindings (its parts, as words, and as 16-byte words when `vec4`)
+/// and its accessors: `w{j}(word)`, `sw{j}(word, v)`, `sp{j}(word, v, mask)` (atomic
+/// buffers) and `wv{j}(vec4 index)`. A buffer the step only reads, through both views, is
+/// bound once as 16-byte words (`w{j}` picks its word out of them): a weight in parts then
+/// takes half the bindings.
+fn declare(
+    src: &mut String,
+    j: usize,
+    (atomic, written): (bool, bool),
+    lay: Layout,
+    vec4: bool,
+    binds: &mut Vec<Bind>,
+) {
+    let ty = if atomic {
+        "array<atomic<u32>>"
+    } else {
+        "array<u32>"
+    };
+    let mut bind = |src: &mut String, view: &str, ty: &str| {
+        for p in 0..lay.parts {
+            let name = if lay.parts == 1 {
+                format!("{view}{j}")
+            } else {
+                format!("{view}{j}_{p}")
+            };
+            let _ = writeln!(
+                src,
+                "@group(0) @binding({}) var<storage, read_write> {name}: {ty};",
+                binds.len()
+            );
+            binds.push(Bind::Part { buffer: j, part: p });
+        }
+    };
+    let per = lay.part_words;
+    if vec4 && !written {
+        bind(src, "v", "array<vec4<u32>>");
         let _ = writeln!(
             src,
-            "@group(0) @binding({j}) var<storage, read_write> b{j}: {ty};"
+            "fn wv{j}(i: u32) -> vec4<u32> {{ var v = vec4<u32>(); {} return v; }}",
+            by_part(j, "v", lay, per / 4, &|b, r| format!("v = {b}[{r}];"))
         );
-        if *atomic {
-            let _ = writeln!(
-                src,
-                "fn w{j}(i: u32) -> u32 {{ return atomicLoad(&b{j}[i]); }}"
-            );
-            let _ = writeln!(
-                src,
-                "fn sw{j}(i: u32, v: u32) {{ atomicStore(&b{j}[i], v); }}"
-            );
-            let _ = writeln!(
-                src,
-                "fn sp{j}(i: u32, v: u32, mask: u32) {{ atomicAnd(&b{j}[i], ~mask); atomicOr(&b{j}[i], v & mask); }}"
-            );
-        } else {
-            let _ = writeln!(src, "fn w{j}(i: u32) -> u32 {{ return b{j}[i]; }}");
-            let _ = writeln!(src, "fn sw{j}(i: u32, v: u32) {{ b{j}[i] = v; }}");
-        }
+        let _ = writeln!(
+            src,
+            "fn w{j}(i: u32) -> u32 {{ return wv{j}(i >> 2u)[i & 3u]; }}"
+        );
+        return;
     }
+    bind(src, "b", ty);
+    let load = |b: &str, r: &str| {
+        if atomic {
+            format!("v = atomicLoad(&{b}[{r}]);")
+        } else {
+            format!("v = {b}[{r}];")
+        }
+    };
+    let _ = writeln!(
+        src,
+        "fn w{j}(i: u32) -> u32 {{ var v = 0u; {} return v; }}",
+        by_part(j, "b", lay, per, &load)
+    );
+    let store = |b: &str, r: &str| {
+        if atomic {
+            format!("atomicStore(&{b}[{r}], v);")
+        } else {
+            format!("{b}[{r}] = v;")
+        }
+    };
+    let _ = writeln!(
+        src,
+        "fn sw{j}(i: u32, v: u32) {{ {} }}",
+        by_part(j, "b", lay, per, &store)
+    );
+    if atomic {
+        let _ = writeln!(
+            src,
+            "fn sp{j}(i: u32, v: u32, mask: u32) {{ {} }}",
+            by_part(j, "b", lay, per, &|b, r| format!(
+                "atomicAnd(&{b}[{r}], ~mask); atomicOr(&{b}[{r}], v & mask);"
+            ))
+        );
+    }
+    if vec4 {
+        bind(src, "v", "array<vec4<u32>>");
+        // Parts hold whole multiples of 4 words (`executable::storage`), so no 16-byte
+        // load straddles two parts.
+        let _ = writeln!(
+            src,
+            "fn wv{j}(i: u32) -> vec4<u32> {{ var v = vec4<u32>(); {} return v; }}",
+            by_part(j, "v", lay, per / 4, &|b, r| format!("v = {b}[{r}];"))
+        );
+    }
+}
+
+/// The shader of `step` over `ops` (inputs then outputs) bound as `buffers` (each distinct
+/// buffer's id and whether the step writes it with sub-word stores), each laid out as
+/// `layout(id)` says.
+pub fn shader(
+    step: &Step,
+    ops: &[Operand],
+    buffers: &[(usize, bool)],
+    layout: &dyn Fn(usize) -> Layout,
+    caps: Caps,
+) -> Result<Shader, String> {
+    let n_in = step.inputs.len();
+    let mut src = String::new();
     src.push_str(CONVERT);
     src.push_str(pointwise::PRELUDE);
     for (k, op) in ops.iter().enumerate() {
         access(&mut src, k, op, k >= n_in, buffers[op.binding].1)?;
     }
-    let Body {
-        code: body,
-        items,
-        lanes,
-    } = kernels::body(step, ops)?;
-    if items > u64::from(u32::MAX) {
-        return Err(format!("{items} work items, more than 2^32"));
+    let body = kernels::body(step, ops, caps)?;
+    let mut bindings = Vec::new();
+    for (j, (id, atomic)) in buffers.iter().enumerate() {
+        let lay = layout(*id);
+        declare(
+            &mut src,
+            j,
+            (*atomic, ops[n_in..].iter().any(|o| o.binding == j)),
+            lay,
+            body.vec4.contains(&j),
+            &mut bindings,
+        );
     }
+    if body.scratch > 0 {
+        let _ = writeln!(
+            src,
+            "@group(0) @binding({}) var<storage, read_write> scr: array<f32>;",
+            bindings.len()
+        );
+        bindings.push(Bind::Scratch);
+    }
+    src.push_str(&body.globals);
+    let lanes = body.lanes;
+    let mut passes = Vec::new();
+    let all = std::iter::once(("main", body.code, body.items))
+        .chain(body.then.map(|(code, items)| ("main2", code, items)));
     if lanes > 1 {
-        // The item index comes from the workgroup id alone, so the early return is uniform
-        // and the reductions' barriers stay legal.
         src.push_str(&reductions(lanes));
-        let _ = write!(
-            src,
-            "@compute @workgroup_size({lanes})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = wid.x + wid.y * nwg.x;\n    if (t >= {items}u) {{ return; }}\n{body}}}\n"
-        );
-    } else {
-        let _ = write!(
-            src,
-            "@compute @workgroup_size({WORKGROUP})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = gid.x + gid.y * nwg.x * {WORKGROUP}u;\n    if (t >= {items}u) {{ return; }}\n{body}}}\n"
-        );
+    }
+    for (entry, code, items) in all {
+        if items > u64::from(u32::MAX) {
+            return Err(format!("{items} work items, more than 2^32"));
+        }
+        if lanes > 1 {
+            // The item index comes from the workgroup id alone, so the early return is
+            // uniform and the reductions' barriers stay legal.
+            let _ = write!(
+                src,
+                "@compute @workgroup_size({lanes})\nfn {entry}(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = wid.x + wid.y * nwg.x;\n    if (t >= {items}u) {{ return; }}\n{code}}}\n"
+            );
+        } else {
+            let _ = write!(
+                src,
+                "@compute @workgroup_size({WORKGROUP})\nfn {entry}(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n    let t = gid.x + gid.y * nwg.x * {WORKGROUP}u;\n    if (t >= {items}u) {{ return; }}\n{code}}}\n"
+            );
+        }
+        passes.push(Pass {
+            entry,
+            items,
+            lanes,
+        });
     }
     Ok(Shader {
         source: src,
-        items,
-        lanes,
+        bindings,
+        passes,
+        scratch_bytes: 4 * body.scratch,
     })
 }
 

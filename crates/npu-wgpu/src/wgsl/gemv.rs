@@ -1,0 +1,243 @@
+//! Matrix-vector products (decode's GEMMs of a few rows) over weights whose rows run along K:
+//! the weight is read 16 bytes a load (`wv{j}`, eight bf16/f16 or four f32), a workgroup of
+//! 256 lanes computes 8 output columns with 32 lanes on each, and the activation rows (after
+//! the RMSNorm prologue, if any) are staged once per workgroup in workgroup memory where the
+//! adapter has room for them. A decode
+//! step's time is the time to stream its weights once, so the weight loads are what matter.
+//! Shapes, layouts or limits this does not fit take the general GEMM body in `kernels.rs`.
+
+use super::kernels::{act, numel};
+use super::pointwise::lit;
+use super::{offset, round_to, Body, Caps, Operand};
+use npu_ir::DType;
+use npu_program::program::{Kernel, Step};
+use std::fmt::Write;
+
+const LANES: u32 = 256;
+/// Lanes on one output column: a warp on NVIDIA, so that a column's loads stay together.
+const GROUP: u32 = 32;
+const COLS: u32 = LANES / GROUP;
+/// The most rows one workgroup carries (one accumulator each).
+const MAX_ROWS: usize = 8;
+
+/// Elements of `dt` in one 16-byte load, for the dtypes read that way.
+pub(super) fn per_load(dt: DType) -> Option<usize> {
+    match dt {
+        DType::BF16 | DType::F16 => Some(8),
+        DType::F32 => Some(4),
+        _ => None,
+    }
+}
+
+/// The 16 bytes `u: vec4<u32>` as `w0` (and `w1` for 16-bit dtypes): f32 vec4s of its
+/// elements in order.
+pub(super) fn unpack(dt: DType) -> &'static str {
+    match dt {
+        DType::BF16 => {
+            "let w0 = vec4<f32>(bitcast<f32>(u.x << 16u), bitcast<f32>(u.x & 0xffff0000u), bitcast<f32>(u.y << 16u), bitcast<f32>(u.y & 0xffff0000u));
+            let w1 = vec4<f32>(bitcast<f32>(u.z << 16u), bitcast<f32>(u.z & 0xffff0000u), bitcast<f32>(u.w << 16u), bitcast<f32>(u.w & 0xffff0000u));"
+        }
+        DType::F16 => {
+            "let w0 = vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y));
+            let w1 = vec4<f32>(unpack2x16float(u.z), unpack2x16float(u.w));"
+        }
+        _ => "let w0 = bitcast<vec4<f32>>(u);",
+    }
+}
+
+/// The matrix-vector body of a GEMM step, or None where the general body must run it: more
+/// than `MAX_ROWS` rows or any batch, a weight not contiguous along K or not 16-byte aligned
+/// (base, row pitch and K), or K under 128.
+pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Option<Body>, String> {
+    let Kernel::Gemm {
+        alpha,
+        beta,
+        act: a,
+        residual,
+        norm,
+    } = &step.kernel
+    else {
+        return Ok(None);
+    };
+    let n_in = step.inputs.len();
+    let (x, w, out) = (&ops[0], &ops[1], &ops[n_in]);
+    let o = n_in;
+    let r = out.shape.len();
+    if r < 2 || x.shape.len() != r || w.shape.len() != r || numel(&out.shape[..r - 2]) != 1 {
+        return Ok(None);
+    }
+    let (m, k, n) = (out.shape[r - 2], x.shape[r - 1], out.shape[r - 1]);
+    let Some(per) = per_load(w.dtype) else {
+        return Ok(None);
+    };
+    let aligned = w.strides[r - 2] == 1
+        && k % per == 0
+        && w.base % per as u64 == 0
+        && (n == 1 || w.strides[r - 1] % per == 0);
+    if m == 0 || m > MAX_ROWS || k < 128 || !aligned {
+        return Ok(None);
+    }
+    let positions: Vec<usize> = (0..n_in).collect();
+    let (_, _, bias, nw) = step
+        .kernel
+        .gemm_operands(&positions)
+        .ok_or("gemm with a wrong operand count")?;
+    let (bias, nw) = (bias.copied(), nw.copied());
+    let k4 = k / 4;
+    // Index expressions of row `row`, column `col` (the batch dims are all 1).
+    let at = |row: &str, col: &str| -> Vec<String> {
+        let mut v = vec!["0u".to_string(); r - 2];
+        v.push(row.into());
+        v.push(col.into());
+        v
+    };
+    // Row `row`'s elements 4q..4q+3 as a vec4 (`xr{row}`), and after the RMSNorm prologue
+    // with the same two roundings as the general body (`xn{row}`).
+    let mut globals = String::new();
+    for row in 0..m {
+        let xo = |c: &str| offset(x, &at(&format!("{row}u"), c));
+        let quad = |f: &dyn Fn(usize, &str) -> String| -> String {
+            let v: Vec<String> = (0..4).map(|i| f(i, &format!("(4u * q + {i}u)"))).collect();
+            format!("vec4<f32>({})", v.join(", "))
+        };
+        let _ = writeln!(
+            globals,
+            "fn xr{row}(q: u32) -> vec4<f32> {{ return {}; }}",
+            quad(&|_, c| format!("ld0({})", xo(c)))
+        );
+        if let Some(nw) = nw {
+            let xn = |v: &str| round_to(x.dtype, v);
+            let _ = writeln!(
+                globals,
+                "fn xn{row}(q: u32, inv: f32) -> vec4<f32> {{ let v = xr{row}(q); return {}; }}",
+                quad(&|i, c| xn(&format!(
+                    "{} * ld{nw}({})",
+                    xn(&format!("v[{i}] * inv")),
+                    offset(&ops[nw], &[c.to_string()])
+                )))
+            );
+        }
+    }
+    // The rows are staged in workgroup memory where they fit (on NVIDIA's 48 KiB, every
+    // Qwen2.5-1.5B product), else each lane reads them where it needs them.
+    let staged = 4 * (m * k + (m + 1) * LANES as usize) <= caps.workgroup_bytes as usize;
+    let normed = norm.zip(nw);
+    let mut b = String::new();
+    for row in 0..m {
+        if let Some((eps, _)) = normed {
+            let _ = writeln!(
+                b,
+                "    var ss{row} = 0.0;
+    for (var q = lane; q < {k4}u; q += {LANES}u) {{ let v = xr{row}(q); ss{row} += dot(v, v); }}
+    let inv{row} = inverseSqrt(wg_sum(ss{row}, lane) / {k}.0 + {});",
+                lit(f64::from(eps))
+            );
+        }
+        if staged {
+            let v = if normed.is_some() {
+                format!("xn{row}(q, inv{row})")
+            } else {
+                format!("xr{row}(q)")
+            };
+            let _ = writeln!(
+                b,
+                "    for (var q = lane; q < {k4}u; q += {LANES}u) {{ xs[{}u + q] = {v}; }}",
+                row * k4
+            );
+        }
+    }
+    if staged {
+        b += "    workgroupBarrier();\n";
+    }
+    // Row `row`'s vec4 at index `qe`.
+    let xv = |row: usize, qe: &str| -> String {
+        if staged {
+            format!("xs[{}u + {qe}]", row * k4)
+        } else if normed.is_some() {
+            format!("xn{row}({qe}, inv{row})")
+        } else {
+            format!("xr{row}({qe})")
+        }
+    };
+    let (base, pitch) = (w.base / per as u64, w.strides[r - 1] / per);
+    let pitch = if n == 1 { 0 } else { pitch };
+    let wj = w.binding;
+    // Accumulate the 16 bytes at vec4 index `qe` of the row into every row's sum.
+    let step_at = |qe: &str| -> String {
+        let load = format!("let u = wv{wj}(wb + {qe});");
+        let unpack = unpack(w.dtype);
+        let fma: String = (0..m)
+            .map(|i| {
+                if per == 8 {
+                    format!(
+                        " acc{i} += dot({}, w0) + dot({}, w1);",
+                        xv(i, &format!("(2u * ({qe}))")),
+                        xv(i, &format!("(2u * ({qe}) + 1u)"))
+                    )
+                } else {
+                    format!(" acc{i} += dot({}, w0);", xv(i, &format!("({qe})")))
+                }
+            })
+            .collect();
+        format!("{{ {load}\n            {unpack}\n           {fma} }}")
+    };
+    let decl: String = (0..m).map(|i| format!(" var acc{i} = 0.0;")).collect();
+    let parts: String = (0..m)
+        .map(|i| format!(" part[{}u + lane] = acc{i};", i as u32 * LANES))
+        .collect();
+    let _ = writeln!(
+        b,
+        "    let col = lane / {GROUP}u; let g = lane % {GROUP}u; let n = t * {COLS}u + col;
+   {decl}
+    if (n < {n}u) {{
+        let wb = {base}u + n * {pitch}u;
+        // Two loads in flight per lane.
+        var q = g;
+        for (; q + {GROUP}u < {kq}u; q += {}u) {{
+            {}
+            {}
+        }}
+        if (q < {kq}u) {}
+    }}
+   {parts}
+    workgroupBarrier();
+    // Lane g of each column finishes row g of it.
+    if (g >= {m}u || n >= {n}u) {{ return; }}
+    var acc = 0.0;
+    for (var i = 0u; i < {GROUP}u; i++) {{ acc += part[g * {LANES}u + col * {GROUP}u + i]; }}
+    var p = {} * acc;",
+        2 * GROUP,
+        step_at("q"),
+        step_at(&format!("q + {GROUP}u")),
+        step_at("q"),
+        lit(f64::from(*alpha)),
+        kq = k / per,
+    );
+    let idx = at("g", "n");
+    if let Some(bi) = bias {
+        let bo = offset(&ops[bi], &idx);
+        if *residual {
+            let _ = writeln!(
+                b,
+                "    p = {} + {} * ld{bi}({bo});",
+                round_to(out.dtype, "p"),
+                lit(f64::from(*beta))
+            );
+        } else {
+            let _ = writeln!(b, "    p = p + {} * ld{bi}({bo});", lit(f64::from(*beta)));
+        }
+    }
+    let _ = writeln!(b, "    st{o}({}, {});", offset(out, &idx), act(*a, "p"));
+    let mut body = Body::new(b, (n as u64).div_ceil(u64::from(COLS)), LANES);
+    body.vec4 = vec![w.binding];
+    if staged {
+        let _ = writeln!(globals, "var<workgroup> xs: array<vec4<f32>, {}>;", m * k4);
+    }
+    let _ = writeln!(
+        globals,
+        "var<workgroup> part: array<f32, {}>;",
+        m * LANES as usize
+    );
+    body.globals = globals;
+    Ok(Some(body))
+}
