@@ -164,7 +164,10 @@ extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int c
 }
 
 // Prefill attention on tensor cores (16-bit q/k/v, head dim a multiple of 16 up to 128):
-// grid (query tiles of MQ_ROWS rows, H, B), 4 warps of 16 query rows each. Key tiles of
+// grid (query tiles of MQ_ROWS rows, H, B), 8 warps: warp w takes query rows 16 (w % 4) ..
+// and the key half w / 4 of every tile (its own online softmax; the halves merge through
+// shared memory at the end: with 4 warps each walking whole tiles, one warp per scheduler left
+// every instruction's latency exposed, 50 us a layer for Qwen2.5-1.5B's prefill). Key tiles of
 // MQ_KEYS keys are staged in shared memory (K as [key][d], V transposed as [d][key]); S = Q K^T
 // and O += P V are mma.sync m16n8k16 with f32 accumulation, the softmax online per row in
 // registers (FlashAttention-2's order). A key tile that no row of the block attends is skipped
@@ -175,6 +178,7 @@ extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int c
 // its V row taken as zero: a stale cache slot holding inf must not give 0 x inf = NaN.
 #define MQ_ROWS 64
 #define MQ_KEYS 64
+#define MQ_HALF (MQ_KEYS / 2)
 #define MQ_MAXD 128
 
 // Marks each (query tile, key tile) of the mask that holds an attended slot: grid (key tiles,
@@ -307,6 +311,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const unsigned sh
                : "r"(smem_addr(p)));
 }
 
+#define MQ_XCH (4 + MQ_MAXD / 2)  // a lane's m0, m1, l0, l1 and acc in the halves' exchange
 #define MQ_MAXT 1024  // key tiles whose live flags a block keeps in shared memory (65536 keys)
 
 template <bool BF>
@@ -316,9 +321,11 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
                                               unsigned* keys_live, unsigned* tiles_live, unsigned short* mt) {
   const int D = (int)q.sh[3], nkc = D / 16, ndn = D / 8;
   const i64 H = q.sh[1], S = q.sh[2], T = k.sh[2];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  // rows 16 rg .. of the block, keys k0 .. k0 + MQ_HALF - 1 of each tile
+  const int rg = (threadIdx.x >> 5) & 3, k0 = (threadIdx.x >> 7) * MQ_HALF;
   const i64 qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / group;
-  const i64 r0 = qt * MQ_ROWS + warp * 16 + g, r1 = r0 + 8;
+  const i64 r0 = qt * MQ_ROWS + rg * 16 + g, r1 = r0 + 8;
   const i64 qbase = b * q.st[0] + h * q.st[1];
   const i64 last_row = min(S - 1, qt * MQ_ROWS + MQ_ROWS - 1);
   // Key tiles to visit: the mask's live flags (all loads in flight), or every tile up to the
@@ -384,16 +391,16 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     }
     cp_async_wait();
     __syncthreads();
-    // S = Q K^T for this warp's 16 rows and the tile's 64 keys (8 n-tiles of 8 keys).
-    float sc[MQ_KEYS / 8][4];
+    // S = Q K^T for this warp's 16 rows and its half of the tile's keys (n-tiles of 8 keys).
+    float sc[MQ_HALF / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < MQ_KEYS / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+    for (int nt = 0; nt < MQ_HALF / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
 #pragma unroll
     for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
       if (kc < nkc) {
 #pragma unroll
-        for (int nt = 0; nt < MQ_KEYS / 8; ++nt) {
-          const unsigned short* kr = ks + (nt * 8 + g) * (MQ_MAXD + 8) + kc * 16 + tq * 2;
+        for (int nt = 0; nt < MQ_HALF / 8; ++nt) {
+          const unsigned short* kr = ks + (k0 + nt * 8 + g) * (MQ_MAXD + 8) + kc * 16 + tq * 2;
           mma16816<BF>(sc[nt], qa[kc], *(const unsigned*)kr, *(const unsigned*)(kr + 8));
         }
       }
@@ -402,15 +409,15 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     // and rows are relative to t0 and the block's first row).
     unsigned live_lo = 0u, live_hi = 0u;
     const int tlim = (int)min((i64)MQ_KEYS, T - t0);
-    const int rb = warp * 16 + g;
+    const int rb = rg * 16 + g;
     const int rlim = (int)min((i64)MQ_ROWS, S - qt * MQ_ROWS);
     const int cdiag = causal ? (int)(qt * MQ_ROWS - t0) : 1 << 30;  // key kk is past row rr when kk > rr + cdiag
 #pragma unroll
-    for (int nt = 0; nt < MQ_KEYS / 8; ++nt) {
+    for (int nt = 0; nt < MQ_HALF / 8; ++nt) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int rr = rb + (j < 2 ? 0 : 8);
-        const int kk = nt * 8 + tq * 2 + (j & 1);
+        const int kk = k0 + nt * 8 + tq * 2 + (j & 1);
         float mv = 0.0f;
         if (mask_smem) {
           mv = h16_to_f32(mt[rr * (MQ_KEYS + 8) + kk], mask.dt);
@@ -435,7 +442,7 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     // the row's four threads (one quad) reduce together.
     float mx0 = -NPU_INF, mx1 = -NPU_INF;
 #pragma unroll
-    for (int nt = 0; nt < MQ_KEYS / 8; ++nt) {
+    for (int nt = 0; nt < MQ_HALF / 8; ++nt) {
       mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
     }
@@ -449,7 +456,7 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     m1 = mn1;
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-    for (int nt = 0; nt < MQ_KEYS / 8; ++nt) {
+    for (int nt = 0; nt < MQ_HALF / 8; ++nt) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float mn = j < 2 ? mn0 : mn1;
@@ -472,17 +479,17 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     // O += P V: P's C fragments are the A fragments of k16 steps (two n-tiles each); V's B
     // fragments come from ldmatrix.trans, with the keys no row attends zeroed.
 #pragma unroll
-    for (int ks16 = 0; ks16 < MQ_KEYS / 16; ++ks16) {
+    for (int ks16 = 0; ks16 < MQ_HALF / 16; ++ks16) {
       unsigned pa[4];
       pa[0] = pack_h2<BF>(sc[2 * ks16][0], sc[2 * ks16][1]);
       pa[1] = pack_h2<BF>(sc[2 * ks16][2], sc[2 * ks16][3]);
       pa[2] = pack_h2<BF>(sc[2 * ks16 + 1][0], sc[2 * ks16 + 1][1]);
       pa[3] = pack_h2<BF>(sc[2 * ks16 + 1][2], sc[2 * ks16 + 1][3]);
-      int ka = ks16 * 16 + tq * 2, kb = ka + 8;
+      int ka = k0 + ks16 * 16 + tq * 2, kb = ka + 8;
       unsigned lw = ka < 32 ? lv0 : lv1;
       unsigned za = ((lw >> (ka & 31)) & 1u ? 0xffffu : 0u) | ((lw >> ((ka + 1) & 31)) & 1u ? 0xffff0000u : 0u);
       unsigned zb = ((lw >> (kb & 31)) & 1u ? 0xffffu : 0u) | ((lw >> ((kb + 1) & 31)) & 1u ? 0xffff0000u : 0u);
-      const unsigned short* vrow = vs + (ks16 * 16 + (lane & 15)) * (MQ_MAXD + 8) + (lane >> 4) * 8;
+      const unsigned short* vrow = vs + (k0 + ks16 * 16 + (lane & 15)) * (MQ_MAXD + 8) + (lane >> 4) * 8;
 #pragma unroll
       for (int dn = 0; dn < MQ_MAXD / 8; dn += 2) {
         if (dn < ndn) {
@@ -498,6 +505,40 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  // The second key half's state through shared memory (the K and V tiles' space, free now);
+  // the first half's warps merge it and store.
+  __syncthreads();
+  float* xch = (float*)ks + (rg * 32 + lane) * MQ_XCH;
+  if (k0 != 0) {
+    xch[0] = m0;
+    xch[1] = m1;
+    xch[2] = l0;
+    xch[3] = l1;
+#pragma unroll
+    for (int dn = 0; dn < MQ_MAXD / 8; ++dn)
+      if (dn < ndn)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xch[4 + dn * 4 + i] = acc[dn][i];
+  }
+  __syncthreads();
+  if (k0 != 0) return;
+  {
+    const float pm0 = xch[0], pm1 = xch[1];
+    const float n0 = fmaxf(m0, pm0), n1 = fmaxf(m1, pm1);
+    const float a0 = m0 == -NPU_INF ? 0.0f : expf(m0 - n0), b0 = pm0 == -NPU_INF ? 0.0f : expf(pm0 - n0);
+    const float a1 = m1 == -NPU_INF ? 0.0f : expf(m1 - n1), b1 = pm1 == -NPU_INF ? 0.0f : expf(pm1 - n1);
+    l0 = l0 * a0 + xch[2] * b0;
+    l1 = l1 * a1 + xch[3] * b1;
+#pragma unroll
+    for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
+      if (dn < ndn) {
+        acc[dn][0] = acc[dn][0] * a0 + xch[4 + dn * 4] * b0;
+        acc[dn][1] = acc[dn][1] * a0 + xch[5 + dn * 4] * b0;
+        acc[dn][2] = acc[dn][2] * a1 + xch[6 + dn * 4] * b1;
+        acc[dn][3] = acc[dn][3] * a1 + xch[7 + dn * 4] * b1;
+      }
+    }
+  }
   const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   const i64 ob = b * out.st[0] + h * out.st[1];
   const bool pairs = is16_dt(out.dt) && out.st[3] == 1 && (out.st[2] % 2) == 0 && (ob % 2) == 0 && (out.ptr % 4) == 0;
@@ -524,14 +565,15 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) k_attn_mma(TD q, TD k, TD v, TD mask, int has_mask, int causal,
+extern "C" __global__ void __launch_bounds__(256) k_attn_mma(TD q, TD k, TD v, TD mask, int has_mask, int causal,
                                                              float scale, int group, const unsigned char* flags,
                                                              int nkt, TD out) {
   pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   // One set of tiles for both instantiations (declared in the body, each would get its own).
-  __shared__ __align__(16) unsigned short ks[MQ_KEYS * (MQ_MAXD + 8)];
-  __shared__ __align__(16) unsigned short vs[MQ_KEYS * (MQ_MAXD + 8)];
+  // K then V tile; at the end the key halves' exchange (4 x 32 x MQ_XCH floats, which fit)
+  __shared__ __align__(16) unsigned short kvs[2 * MQ_KEYS * (MQ_MAXD + 8)];
+  unsigned short *ks = kvs, *vs = kvs + MQ_KEYS * (MQ_MAXD + 8);
   __shared__ unsigned keys_live[2];
   __shared__ unsigned tiles_live[MQ_MAXT / 32];
   __shared__ __align__(16) unsigned short mt[MQ_ROWS * (MQ_KEYS + 8)];

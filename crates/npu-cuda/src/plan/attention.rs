@@ -210,7 +210,8 @@ impl Planner<'_> {
         launches.push(kl(
             self.f("k_attn_mma"),
             (nqt as u32, h as u32, b as u32),
-            128,
+            // 4 row groups x 2 key halves of 32 threads
+            256,
             0,
             vec![
                 Arg::Td(TdArg::of(q)),
