@@ -18,6 +18,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_index_copy",
     "k_rope",
     "k_rope_cache",
+    "k_rope_cache8",
     "k_softmax",
     "k_rms_norm",
     "k_layer_norm",

@@ -41,7 +41,7 @@ impl Group<'_> {
     }
 
     /// No part reads or writes what another part writes, but for the k -> k_write edge.
-    /// `k_rope_cache`'s vec path: every rotation over 16-bit rows of a length that splits
+    /// `k_rope_cache8`'s layouts: every rotation over 16-bit rows of a length that splits
     /// into halves of whole 16-byte chunks, the cache writes along a dim other than the last
     /// into 16-bit rows of the same dtype.
     fn rows16(&self) -> bool {
@@ -78,7 +78,7 @@ impl Group<'_> {
     }
 }
 
-/// Elements from which the group takes `k_rope_cache`'s vector items.
+/// Elements from which the group takes `k_rope_cache8`'s vector items.
 const VEC_MIN: usize = 1 << 16;
 
 /// 16-bit with contiguous rows starting 16 bytes aligned: eight elements a 16-byte access.
@@ -177,20 +177,12 @@ impl Planner<'_> {
         // A decode step's 2,048 elements are faster one per thread (its 144 vector items left
         // most of the GPU idle: 11.0 -> 14.3 us a step on the H100); a 128-token prefill's
         // 262,144 in vector items (16.3 -> 13.6 us).
-        let vec = nq + nk + nv >= VEC_MIN && g.rows16();
-        args.push(Arg::I32(i32::from(vec)));
-        let threads = if vec {
-            nq / 16 + nk / 16 + nv / 8
+        let (name, threads) = if nq + nk + nv >= VEC_MIN && g.rows16() {
+            ("k_rope_cache8", nq / 16 + nk / 16 + nv / 8)
         } else {
-            nq + nk + nv
+            ("k_rope_cache", nq + nk + nv)
         };
-        let launch: Launch = kl(
-            self.f("k_rope_cache"),
-            (grid_for(threads), 1, 1),
-            256,
-            0,
-            args,
-        );
+        let launch: Launch = kl(self.f(name), (grid_for(threads), 1, 1), 256, 0, args);
         Some((g.len(), vec![launch].into()))
     }
 }
