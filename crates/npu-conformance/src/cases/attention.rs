@@ -152,5 +152,19 @@ pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
             false,
         ));
     }
+    // Decode shapes of the grouped split body (appended after the long case, so earlier
+    // cases keep their random values): Qwen2.5-1.5B's group of 6 over a cache whose length
+    // is not a multiple of a key block, with stale slots; a few causal rows over a group (a
+    // chunk of rows per workgroup); rows that see nothing; a strided q; head dims of 256 in
+    // f32 (one key slice) and bf16, and 64; a group whose rows no chunk size divides.
+    v.extend([
+        stale_decode_case(rng, [1, 12, 2, 1001, 128], BF16),
+        case(rng, [1, 8, 2, 3, 150, 64], F32, false, true, 0, true),
+        case(rng, [1, 6, 2, 4, 130, 64], BF16, true, false, 1, false),
+        case(rng, [2, 4, 1, 2, 97, 256], F32, true, false, 0, false),
+        case(rng, [1, 4, 2, 1, 200, 256], BF16, true, false, 0, false),
+        case(rng, [1, 11, 1, 1, 70, 64], F16, true, false, 0, false),
+        stale_case(rng, [1, 12, 2, 4, 300, 128], F16),
+    ]);
     v
 }
