@@ -4,7 +4,7 @@
 //! heads over 2048 slots then has 192 workgroups instead of 12 rows' worth of work. Many query
 //! rows (prefill) keep the one-pass body in `kernels.rs`, whose scratch this would multiply.
 
-use super::kernels::{dot_loop, numel};
+use super::kernels::{dot_loop, mask_at, numel};
 use super::pointwise::lit;
 use super::{names, offset, unravel, Body, Operand};
 use std::fmt::Write;
@@ -40,17 +40,7 @@ pub fn split(ops: &[Operand], n_in: usize, scale: f32, causal: bool) -> Option<B
     } else {
         format!("{tlen}u")
     };
-    let mask = if n_in == 4 {
-        format!(
-            "ld3({})",
-            offset(
-                &ops[3],
-                &["i0".into(), "i1".into(), "i2".into(), "tt".into()]
-            )
-        )
-    } else {
-        "0.0".into()
-    };
+    let mask = mask_at(ops, n_in);
     // Keys whose rows are 16-byte aligned along D are read 16 bytes a load against q staged
     // as vec4s; others element by element.
     let per = super::gemv::per_load(k.dtype).filter(|&per| {

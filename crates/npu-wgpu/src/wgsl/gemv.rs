@@ -6,7 +6,7 @@
 //! step's time is the time to stream its weights once, so the weight loads are what matter.
 //! Shapes, layouts or limits this does not fit take the general GEMM body in `kernels.rs`.
 
-use super::kernels::{act, numel};
+use super::kernels::{gemm_store, numel};
 use super::pointwise::lit;
 use super::{offset, round_to, Body, Caps, Operand};
 use npu_ir::DType;
@@ -213,21 +213,7 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Option<Body>, St
         lit(f64::from(*alpha)),
         kq = k / per,
     );
-    let idx = at("g", "n");
-    if let Some(bi) = bias {
-        let bo = offset(&ops[bi], &idx);
-        if *residual {
-            let _ = writeln!(
-                b,
-                "    p = {} + {} * ld{bi}({bo});",
-                round_to(out.dtype, "p"),
-                lit(f64::from(*beta))
-            );
-        } else {
-            let _ = writeln!(b, "    p = p + {} * ld{bi}({bo});", lit(f64::from(*beta)));
-        }
-    }
-    let _ = writeln!(b, "    st{o}({}, {});", offset(out, &idx), act(*a, "p"));
+    b += &gemm_store(ops, bias, *residual, *beta, *a, o, &at("g", "n"));
     let mut body = Body::new(b, (n as u64).div_ceil(u64::from(COLS)), LANES);
     body.vec4 = vec![w.binding];
     if staged {

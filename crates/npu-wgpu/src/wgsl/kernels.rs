@@ -17,6 +17,49 @@ pub(super) fn act(a: Option<npu_ir::UnaryOp>, v: &str) -> String {
     a.map_or(v.to_string(), |u| pointwise::unary(u, v))
 }
 
+/// The GEMM's finish over `p` (alpha applied) at output index `idx`: the bias, or the residual
+/// added after rounding the product (see `Kernel::Gemm`), the activation, the store into
+/// operand `o`.
+pub(super) fn gemm_store(
+    ops: &[Operand],
+    bias: Option<usize>,
+    residual: bool,
+    beta: f32,
+    a: Option<npu_ir::UnaryOp>,
+    o: usize,
+    idx: &[String],
+) -> String {
+    let mut b = String::new();
+    if let Some(bi) = bias {
+        let bo = offset(&ops[bi], idx);
+        let beta = lit(f64::from(beta));
+        if residual {
+            let p = round_to(ops[o].dtype, "p");
+            let _ = writeln!(b, "    p = {p} + {beta} * ld{bi}({bo});");
+        } else {
+            let _ = writeln!(b, "    p = p + {beta} * ld{bi}({bo});");
+        }
+    }
+    let _ = writeln!(b, "    st{o}({}, {});", offset(&ops[o], idx), act(a, "p"));
+    b
+}
+
+/// An attention step's additive mask at (i0, i1, i2, key tt): operand 3 when the step has
+/// four inputs (`n_in`; the output follows the inputs in `ops`), else 0.
+pub(super) fn mask_at(ops: &[Operand], n_in: usize) -> String {
+    if n_in == 4 {
+        format!(
+            "ld3({})",
+            offset(
+                &ops[3],
+                &["i0".into(), "i1".into(), "i2".into(), "tt".into()]
+            )
+        )
+    } else {
+        "0.0".into()
+    }
+}
+
 /// `acc += term(c)` for c in 0..n, eight terms per iteration: Mesa's llvmpipe (lavapipe)
 /// stops a shader invocation after 65535 loop iterations, and attention's dot products over
 /// long contexts would pass that one term at a time.
@@ -212,20 +255,7 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Body, String> {
                 let _ = writeln!(b, "    if (lane != 0u) {{ return; }}");
             }
             let _ = writeln!(b, "    var p = {} * acc;", lit(f64::from(*alpha)));
-            if let Some(bi) = bias {
-                let bo = offset(&ops[bi], &idx);
-                if *residual {
-                    let _ = writeln!(
-                        b,
-                        "    p = {} + {} * ld{bi}({bo});",
-                        round_to(out.dtype, "p"),
-                        lit(f64::from(*beta))
-                    );
-                } else {
-                    let _ = writeln!(b, "    p = p + {} * ld{bi}({bo});", lit(f64::from(*beta)));
-                }
-            }
-            let _ = writeln!(b, "    st{o}({}, {});", offset(out, &idx), act(*a, "p"));
+            b += &gemm_store(ops, bias, *residual, *beta, *a, o, &idx);
             numel(oshape)
         }
         Kernel::Conv2d {
@@ -524,17 +554,7 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Body, String> {
                     &["i0".into(), format!("(i1 / {g}u)"), "tt".into(), c.into()],
                 )
             };
-            let mo = if n_in == 4 {
-                format!(
-                    "ld3({})",
-                    offset(
-                        &ops[3],
-                        &["i0".into(), "i1".into(), "i2".into(), "tt".into()]
-                    )
-                )
-            } else {
-                "0.0".into()
-            };
+            let mo = mask_at(ops, n_in);
             let tmax = if *causal {
                 format!("min(i2 + 1u, {tlen}u)")
             } else {
