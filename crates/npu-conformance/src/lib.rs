@@ -79,6 +79,12 @@ pub fn test_family(
         }
     };
     let outcomes = run_family(backend.as_ref(), family, SEED, false);
+    assert_passed(test, backend.name(), &outcomes);
+}
+
+/// Fails `test` with the report line of every case that failed `on` (a backend's name and
+/// setting), if any did.
+pub fn assert_passed(test: &str, on: &str, outcomes: &[Outcome]) {
     let failed: Vec<String> = outcomes
         .iter()
         .filter(|o| !o.passed())
@@ -86,10 +92,9 @@ pub fn test_family(
         .collect();
     assert!(
         failed.is_empty(),
-        "{test}: {} of {} cases failed on {}:\n{}",
+        "{test}: {} of {} cases failed on {on}:\n{}",
         failed.len(),
         outcomes.len(),
-        backend.name(),
         failed.join("\n")
     );
 }

@@ -135,19 +135,20 @@ fn fastest(
     cands: &[ltsys::cublasLtMatmulAlgo_t],
 ) -> CudaResult<ltsys::cublasLtMatmulAlgo_t> {
     dev.bind()?;
-    let mut bufs = Scratch(Vec::new());
-    for (i, &b) in p.bytes.iter().chain([&LT_WORKSPACE]).enumerate() {
-        let len = (b as usize).max(256);
+    // A, B, D, the bias vector and the workspace
+    let sizes = [p.bytes[0], p.bytes[1], p.bytes[2], p.bytes[3], LT_WORKSPACE];
+    let mut bufs = Scratch(Vec::with_capacity(sizes.len()));
+    let mut ptrs = [0u64; 5];
+    for (i, (&n, ptr)) in sizes.iter().zip(&mut ptrs).enumerate() {
+        let len = (n as usize).max(256);
         // SAFETY: plain allocation and memset of the new block.
-        let ptr = unsafe { result::malloc_sync(len) }
+        *ptr = unsafe { result::malloc_sync(len) }
             .map_err(|e| CudaError::driver(format!("allocating tuning operand {i}"), e))?;
-        bufs.0.push(ptr);
-        unsafe { result::memset_d8_sync(ptr, 0, len) }
+        bufs.0.push(*ptr);
+        unsafe { result::memset_d8_sync(*ptr, 0, len) }
             .map_err(|e| CudaError::driver("zeroing a tuning operand", e))?;
     }
-    let [a, b, d, bias, ws] = bufs.0[..] else {
-        unreachable!("five buffers were pushed")
-    };
+    let [a, b, d, bias, ws] = ptrs;
     if p.bytes[3] > 0 {
         // SAFETY: a live descriptor and an 8-byte pointer value (reset before each real run).
         unsafe {

@@ -2,7 +2,7 @@
 //! the conformance cases whose operands exceed it bind them in parts and must still match
 //! their references (the suite's own cases and judgement).
 
-use npu_conformance::{cases, report_line, run_case, Family, SEED};
+use npu_conformance::{assert_passed, cases, report_line, run_case, Family, SEED};
 use npu_wgpu::{WgpuBackend, WgpuError};
 
 /// Small enough that the decode-size GEMVs' weights (1536 x 2048 bf16: 6 MiB) and the long
@@ -38,17 +38,10 @@ fn run(test: &str, family: Family, cap: u64, min_large: usize) {
     for o in &outcomes {
         println!("{}", report_line(o));
     }
-    let failed: Vec<String> = outcomes
-        .iter()
-        .filter(|o| !o.passed())
-        .map(report_line)
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "{test}: {} of {} cases failed with bindings capped at {cap} bytes:\n{}",
-        failed.len(),
-        outcomes.len(),
-        failed.join("\n")
+    assert_passed(
+        test,
+        &format!("wgpu with bindings capped at {cap} bytes"),
+        &outcomes,
     );
 }
 

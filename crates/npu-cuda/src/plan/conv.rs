@@ -1,7 +1,7 @@
 //! Convolutions: one direct kernel for small groups (depthwise), else per group im2col or,
 //! for dense 1x1 planes, none, then a cuBLASLt or SIMT GEMM and the bias/activation epilogue.
 
-use super::{align, kl, Planner, StepPlan, SCRATCH0};
+use super::{align, grid2d, kl, Planner, StepPlan, SCRATCH0};
 use crate::gemm::{plan_lt, LtDest};
 use crate::launch::{dtype_code, grid_for, Arg, Launch, TdArg};
 use crate::loc::Loc;
@@ -178,10 +178,7 @@ impl Planner<'_> {
         let (im2col, im_grid) = if wdt.size_bytes() == 2 && cols % 8 == 0 {
             ("k_im2col8", (grid_for(kc * cols / 8), 1, 1))
         } else if small {
-            (
-                "k_im2col2",
-                (cols.div_ceil(256).min(4096) as u32, kc.min(65535) as u32, 1),
-            )
+            ("k_im2col2", grid2d(cols, kc))
         } else {
             ("k_im2col", (grid_for(kc * cols), 1, 1))
         };
@@ -256,10 +253,7 @@ impl Planner<'_> {
         d_off: u64,
     ) -> Launch {
         let (epi, epi_grid) = if cols < i32::MAX as usize {
-            (
-                "k_conv_epilogue2",
-                (cols.div_ceil(256).min(4096) as u32, og.min(65535) as u32, 1),
-            )
+            ("k_conv_epilogue2", grid2d(cols, og))
         } else {
             ("k_conv_epilogue", (grid_for(og * cols), 1, 1))
         };

@@ -52,6 +52,16 @@ fn align(x: u64) -> u64 {
     x.div_ceil(256) * 256
 }
 
+/// The grid of the 32-bit 2-D kernels (`k_im2col2`, `k_conv_epilogue2`): x over `cols` in
+/// blocks of 256 (grid-stride past 4096 blocks), y over `rows` (grid-stride past 65535).
+fn grid2d(cols: usize, rows: usize) -> (u32, u32, u32) {
+    (
+        cols.div_ceil(256).min(4096) as u32,
+        rows.min(65535) as u32,
+        1,
+    )
+}
+
 fn kl(func: Func, grid: (u32, u32, u32), block: u32, smem: u32, args: Vec<Arg>) -> Launch {
     Launch::Kernel(KernelLaunch {
         func,

@@ -6,7 +6,7 @@
 //! step's time is the time to stream its weights once, so the weight loads are what matter.
 //! Shapes, layouts or limits this does not fit take the general GEMM body in `kernels.rs`.
 
-use super::kernels::{gemm_store, numel};
+use super::kernels::{gemm_roles, gemm_store, numel};
 use super::pointwise::lit;
 use super::{offset, round_to, Body, Caps, Operand};
 use npu_ir::DType;
@@ -77,12 +77,7 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Option<Body>, St
     if m == 0 || m > MAX_ROWS || k < 128 || !aligned {
         return Ok(None);
     }
-    let positions: Vec<usize> = (0..n_in).collect();
-    let (_, _, bias, nw) = step
-        .kernel
-        .gemm_operands(&positions)
-        .ok_or("gemm with a wrong operand count")?;
-    let (bias, nw) = (bias.copied(), nw.copied());
+    let (bias, nw) = gemm_roles(step, n_in)?;
     let k4 = k / 4;
     // Index expressions of row `row`, column `col` (the batch dims are all 1).
     let at = |row: &str, col: &str| -> Vec<String> {

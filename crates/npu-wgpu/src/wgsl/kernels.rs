@@ -44,6 +44,20 @@ pub(super) fn gemm_store(
     b
 }
 
+/// Which of a GEMM step's `n_in` inputs are the bias and the norm weight, by the contract's
+/// own reading (`Kernel::gemm_operands`).
+pub(super) fn gemm_roles(
+    step: &Step,
+    n_in: usize,
+) -> Result<(Option<usize>, Option<usize>), String> {
+    let positions: Vec<usize> = (0..n_in).collect();
+    let (_, _, bias, nw) = step
+        .kernel
+        .gemm_operands(&positions)
+        .ok_or("gemm with a wrong operand count")?;
+    Ok((bias.copied(), nw.copied()))
+}
+
 /// An attention step's additive mask at (i0, i1, i2, key tt): operand 3 when the step has
 /// four inputs (`n_in`; the output follows the inputs in `ops`), else 0.
 pub(super) fn mask_at(ops: &[Operand], n_in: usize) -> String {
@@ -156,13 +170,7 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Body, String> {
                 return Ok(body);
             }
             let (x, w) = (&ops[0], &ops[1]);
-            // Which inputs are the bias and the norm weight, by the contract's own reading.
-            let positions: Vec<usize> = (0..n_in).collect();
-            let (_, _, bias, nw) = step
-                .kernel
-                .gemm_operands(&positions)
-                .ok_or("gemm with a wrong operand count")?;
-            let (bias, nw) = (bias.copied(), nw.copied());
+            let (bias, nw) = gemm_roles(step, n_in)?;
             let k = x.shape[x.shape.len() - 1];
             b += &unravel("i", "t", oshape);
             let idx = names("i", r);
