@@ -17,9 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--stage" ]; then
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
-    cargo build --release -q -p npu-cli -p npu-cuda
+    cargo build --release -q -p npu-cli -p npu-cuda -p npu-wgpu
     mkdir -p .device .whl
-    for b in npu npu-cuda-check npu-cuda-bench; do cp "$CARGO_TARGET_DIR/release/$b" .device/; done
+    for b in npu npu-cuda-check npu-cuda-bench npu-wgpu-bench; do cp "$CARGO_TARGET_DIR/release/$b" .device/; done
     # The wgpu conformance suite as a test binary (scripts/gpu-wgpu.sh runs it on NVIDIA's
     # Vulkan driver); it reads the fixtures through the checkout path it was built in.
     wgpu_test=$(cargo test --release -q -p npu-wgpu --test conformance --no-run --message-format=json 2>/dev/null \

@@ -8,14 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/npu-gpu-out}
 mkdir -p "$out"
-if ! ldconfig -p | grep -q libGLdispatch.so.0; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json; do
-    if [ -e "$icd" ]; then export VK_DRIVER_FILES=$icd; break; fi
-done
-export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+. scripts/lib/vulkan-env.sh
 # The conformance tests skip where no adapter answers; here that would hide a broken setup.
 .device/npu run --help >/dev/null
 echo "Vulkan driver: ${VK_DRIVER_FILES:-none}; $(ldconfig -p | grep -c -E 'libvulkan|libGLX_nvidia') loader/ICD libraries"

@@ -10,6 +10,7 @@
 //! npu_conformance::suite!("cpu", || Ok(Box::new(npu_runtime::CpuBackend::new())));
 //! ```
 
+pub mod bench;
 pub mod case;
 pub mod cases;
 pub mod compare;

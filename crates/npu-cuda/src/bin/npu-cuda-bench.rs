@@ -12,13 +12,13 @@
 //! tokens) and writes every step's logits; `decode-at` times one decode step at each cache
 //! position (mask admitting slots 0..=p).
 
+use npu_conformance::bench::{self, median};
 use npu_cuda::{CudaBackend, CudaExecutable};
 use npu_ir::DType;
 use npu_program::npubin;
 use npu_program::Program;
 use npu_runtime::{
-    read_safetensors, write_safetensors, Executable, HostTensor, MemoryWeights, SafetensorsFile,
-    WeightSource,
+    read_safetensors, write_safetensors, Executable, HostTensor, SafetensorsFile, WeightSource,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,15 +30,6 @@ type Outs = Vec<(String, HostTensor)>;
 
 fn arg(map: &HashMap<String, String>, k: &str) -> Res<String> {
     map.get(k).cloned().ok_or_else(|| format!("missing --{k}"))
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
-    }
 }
 
 fn load(p: &str) -> Res<Program> {
@@ -103,34 +94,11 @@ fn profile_json(
     }
     let prof = x.profile();
     x.set_profiling(false);
-    let mut groups: Vec<(String, usize, f64)> = Vec::new();
-    for (t, s) in prof.iter().zip(&x.program().steps) {
-        let shape = s
-            .outputs
-            .first()
-            .map(|o| format!("{:?}", o.shape))
-            .unwrap_or_default();
-        let key = format!("{} {shape}", t.kernel);
-        let ms = t.total_ms / t.runs.max(1) as f64;
-        match groups.iter_mut().find(|g| g.0 == key) {
-            Some(g) => {
-                g.1 += 1;
-                g.2 += ms;
-            }
-            None => groups.push((key, 1, ms)),
-        }
-    }
-    groups.sort_by(|a, b| b.2.total_cmp(&a.2));
-    let total: f64 = groups.iter().map(|g| g.2).sum();
-    let top: Vec<String> = groups
-        .iter()
-        .take(12)
-        .map(|(k, n, ms)| format!("{{\"name\":{k:?},\"count\":{n},\"ms\":{ms:.4}}}"))
-        .collect();
+    let groups = bench::step_groups(&prof, x.program());
     Ok(format!(
-        "\"kernels\":{},\"profiled_ms\":{total:.4},\"top_kernels\":[{}]",
+        "\"kernels\":{},{}",
         x.launches_per_run(),
-        top.join(",")
+        bench::groups_json(&groups, 12)
     ))
 }
 
@@ -222,27 +190,12 @@ fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
     ))
 }
 
-/// Uniform random weights in [-0.04, 0.04) for every source tensor (timing only).
-fn random_weights(p: &Program) -> MemoryWeights {
-    let mut rng = npu_conformance::Rng::new(11);
-    let mut m = HashMap::new();
-    for s in &p.sources {
-        let n: usize = s.shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| rng.f() * 0.04).collect();
-        m.insert(
-            s.key.clone(),
-            HostTensor::from_f32_as(s.dtype, s.shape.clone(), &v),
-        );
-    }
-    MemoryWeights(m)
-}
-
 fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
     let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
     let dec = load(&arg(a, "decode")?)?;
     let wpath = arg(a, "weights")?;
     let w: Box<dyn WeightSource> = if wpath == "random" {
-        Box::new(random_weights(&dec))
+        Box::new(bench::random_weights(&dec))
     } else {
         Box::new(SafetensorsFile::open(&PathBuf::from(wpath)).map_err(|e| npu_ir::error_chain(&e))?)
     };
@@ -254,49 +207,12 @@ fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
         .collect();
     let mut x = prepare(&b, &dec, w)?;
     let mut st = x.new_state();
-    let find = |n: &str| {
-        dec.inputs
-            .iter()
-            .find(|i| i.name == n)
-            .cloned()
-            .ok_or(format!("decode program has no input {n}"))
-    };
-    let mask_io = find("attention_mask")?;
-    let max = *mask_io.shape.last().unwrap_or(&0);
-    // S query tokens a run: 1 for a decode step, the prompt length for a prefill program
-    let s = find("input_ids")?.shape.last().copied().unwrap_or(1);
+    let max = bench::cache_len(&dec);
     let mut out = Vec::new();
     let mut last = None;
     for &p in &positions {
-        if p + s > max {
-            return Err(format!(
-                "positions {p}..{} are outside the cache of {max}",
-                p + s
-            ));
-        }
-        let at: Vec<i64> = (p..p + s).map(|t| t as i64).collect();
-        let ids = HostTensor::from_i64(
-            vec![1, s],
-            &at.iter().map(|t| t * 7919 % 151_000).collect::<Vec<_>>(),
-        );
-        let mvals: Vec<f32> = (0..s * max)
-            .map(|e| {
-                if e % max <= p + e / max {
-                    0.0
-                } else {
-                    f32::MIN
-                }
-            })
-            .collect();
-        let mask = HostTensor::from_f32_as(mask_io.dtype, mask_io.shape.clone(), &mvals);
-        let pos = HostTensor::from_i64(vec![1, s], &at);
-        let cpos = HostTensor::from_i64(vec![s], &at);
-        let ins: Vec<(&str, &HostTensor)> = vec![
-            ("input_ids", &ids),
-            ("attention_mask", &mask),
-            ("position_ids", &pos),
-            ("cache_position", &cpos),
-        ];
+        let io = bench::decode_inputs(&dec, p)?;
+        let ins: Vec<(&str, &HostTensor)> = io.iter().map(|(k, t)| (k.as_str(), t)).collect();
         for _ in 0..3 {
             run(&mut x, &ins, st.as_mut())?;
         }
@@ -311,17 +227,12 @@ fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
             median(&mut gpu),
             median(&mut wall)
         ));
-        last = Some((ids, mask, pos, cpos));
+        last = Some(io);
     }
     let graph = x.graph_ready();
     let prof = match &last {
-        Some((ids, mask, pos, cpos)) => {
-            let ins: Vec<(&str, &HostTensor)> = vec![
-                ("input_ids", ids),
-                ("attention_mask", mask),
-                ("position_ids", pos),
-                ("cache_position", cpos),
-            ];
+        Some(io) => {
+            let ins: Vec<(&str, &HostTensor)> = io.iter().map(|(k, t)| (k.as_str(), t)).collect();
             format!(",{}", profile_json(&mut x, &ins, st.as_mut(), 5)?)
         }
         None => String::new(),

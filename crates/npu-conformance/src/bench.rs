@@ -1,0 +1,121 @@
+//! What the backends' bench binaries share (`npu-cuda-bench`, `npu-wgpu-bench`): random
+//! weights for timing without a checkpoint, the inputs of one decode step at a cache
+//! position, and a profile grouped by kernel kind and output shape.
+
+use crate::Rng;
+use npu_program::Program;
+use npu_runtime::{HostTensor, MemoryWeights, StepTime};
+use std::collections::HashMap;
+
+/// Uniform random weights in [-0.04, 0.04) for every source tensor (timing only).
+pub fn random_weights(p: &Program) -> MemoryWeights {
+    let mut rng = Rng::new(11);
+    let mut m = HashMap::new();
+    for s in &p.sources {
+        let n: usize = s.shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.f() * 0.04).collect();
+        m.insert(
+            s.key.clone(),
+            HostTensor::from_f32_as(s.dtype, s.shape.clone(), &v),
+        );
+    }
+    MemoryWeights(m)
+}
+
+/// The inputs of a decode program's step whose S query tokens (1 for decode, the prompt
+/// length for a prefill program) start at cache position `p`: token ids, the mask admitting
+/// slots `0..=p + row`, position ids and cache positions. The KV cache is device state.
+pub fn decode_inputs(dec: &Program, p: usize) -> Result<Vec<(String, HostTensor)>, String> {
+    let find = |n: &str| {
+        dec.inputs
+            .iter()
+            .find(|i| i.name == n)
+            .ok_or(format!("decode program has no input {n}"))
+    };
+    let mask_io = find("attention_mask")?;
+    let max = *mask_io.shape.last().unwrap_or(&0);
+    let s = find("input_ids")?.shape.last().copied().unwrap_or(1);
+    if p + s > max {
+        return Err(format!(
+            "positions {p}..{} are outside the cache of {max}",
+            p + s
+        ));
+    }
+    let at: Vec<i64> = (p..p + s).map(|t| t as i64).collect();
+    let ids: Vec<i64> = at.iter().map(|t| t * 7919 % 151_000).collect();
+    let mvals: Vec<f32> = (0..s * max)
+        .map(|e| {
+            if e % max <= p + e / max {
+                0.0
+            } else {
+                f32::MIN
+            }
+        })
+        .collect();
+    Ok(vec![
+        ("input_ids".into(), HostTensor::from_i64(vec![1, s], &ids)),
+        (
+            "attention_mask".into(),
+            HostTensor::from_f32_as(mask_io.dtype, mask_io.shape.clone(), &mvals),
+        ),
+        ("position_ids".into(), HostTensor::from_i64(vec![1, s], &at)),
+        ("cache_position".into(), HostTensor::from_i64(vec![s], &at)),
+    ])
+}
+
+/// The cache length of a decode program (its mask's last dim).
+pub fn cache_len(dec: &Program) -> usize {
+    dec.inputs
+        .iter()
+        .find(|i| i.name == "attention_mask")
+        .and_then(|i| i.shape.last().copied())
+        .unwrap_or(0)
+}
+
+/// Per-run milliseconds per (kernel kind, first output shape) over a profile, largest first:
+/// `(name, steps, ms)`.
+pub fn step_groups(prof: &[StepTime], program: &Program) -> Vec<(String, usize, f64)> {
+    let mut groups: Vec<(String, usize, f64)> = Vec::new();
+    for (t, s) in prof.iter().zip(&program.steps) {
+        let shape = s
+            .outputs
+            .first()
+            .map(|o| format!("{:?}", o.shape))
+            .unwrap_or_default();
+        let key = format!("{} {shape}", t.kernel);
+        let ms = t.total_ms / t.runs.max(1) as f64;
+        match groups.iter_mut().find(|g| g.0 == key) {
+            Some(g) => {
+                g.1 += 1;
+                g.2 += ms;
+            }
+            None => groups.push((key, 1, ms)),
+        }
+    }
+    groups.sort_by(|a, b| b.2.total_cmp(&a.2));
+    groups
+}
+
+/// `"profiled_ms":T,"top_kernels":[..]` of [`step_groups`]' first `top` groups.
+pub fn groups_json(groups: &[(String, usize, f64)], top: usize) -> String {
+    let total: f64 = groups.iter().map(|g| g.2).sum();
+    let list: Vec<String> = groups
+        .iter()
+        .take(top)
+        .map(|(k, n, ms)| format!("{{\"name\":{k:?},\"count\":{n},\"ms\":{ms:.4}}}"))
+        .collect();
+    format!(
+        "\"profiled_ms\":{total:.4},\"top_kernels\":[{}]",
+        list.join(",")
+    )
+}
+
+/// The median of `v` (NaN when empty); sorts it.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
