@@ -43,15 +43,21 @@ pub fn split(ops: &[Operand], n_in: usize, scale: f32, causal: bool) -> Option<B
     let mask = mask_at(ops, n_in);
     // Keys whose rows are 16-byte aligned along D are read 16 bytes a load against q staged
     // as vec4s; others element by element.
-    let per = super::gemv::per_load(k.dtype).filter(|&per| {
-        d % per == 0
-            && k.strides[3] == 1
-            && k.base % per as u64 == 0
-            && k.shape[..3]
-                .iter()
-                .zip(&k.strides[..3])
-                .all(|(&n, &st)| n == 1 || st % per == 0)
-    });
+    let rows16 = |op: &Operand| {
+        super::gemv::per_load(op.dtype).filter(|&per| {
+            d % per == 0
+                && op.strides[3] == 1
+                && op.base.is_multiple_of(per as u64)
+                && op.shape[..3]
+                    .iter()
+                    .zip(&op.strides[..3])
+                    .all(|(&n, &st)| n == 1 || st % per == 0)
+        })
+    };
+    let per = rows16(k);
+    // V read the same way where its 16-byte chunks of a row tile the lanes evenly: lane
+    // `ch + CH * kg` sums chunk `ch` over keys `kg`, `kg + KG`, ... (`KG` key groups).
+    let vper = rows16(v).filter(|&per| (LANES as usize).is_multiple_of(d / per));
     let dot = match per {
         Some(per) => {
             let row = offset(
@@ -122,17 +128,12 @@ pub fn split(ops: &[Operand], n_in: usize, scale: f32, causal: bool) -> Option<B
     let l = wg_sum(select(0.0, p, live), lane);
     let o = t * {rec}u;
     if (lane == 0u) {{ scr[o] = mb; scr[o + 1u] = l; }}
-    for (var c = lane; c < {d}u; c += {LANES}u) {{
-        var a = 0.0;
-        for (var j = 0u; j < {KEYS}u; j++) {{
-            let pj = pw[j];
-            let tt = sp * {KEYS}u + j;
-            if (bitcast<u32>(pj) != 0xbf800000u) {{ a += pj * ld2({vo}); }}
-        }}
-        scr[o + 2u + c] = a;
-    }}",
+{pv}",
         sc = lit(f64::from(scale)),
-        vo = kv(v, "tt", "c"),
+        pv = match vper {
+            Some(per) => pv_vec(v, per, d, tlen, &kv(v, "tt", "0u")),
+            None => pv_scalar(d, &kv(v, "tt", "c")),
+        },
     );
     // Pass two: blocks that saw no live key (l = 0) weigh nothing, as the one-pass body's
     // lanes do; a row with none writes zeros.
@@ -164,5 +165,79 @@ pub fn split(ops: &[Operand], n_in: usize, scale: f32, causal: bool) -> Option<B
         None => format!("var<workgroup> qs: array<f32, {d}>;\n"),
     };
     let _ = writeln!(body.globals, "var<workgroup> pw: array<f32, {KEYS}>;");
+    if let Some(per) = vper {
+        body.vec4.push(v.binding);
+        let _ = writeln!(
+            body.globals,
+            "var<workgroup> pv: array<vec4<f32>, {}>;",
+            LANES as usize * per / 4
+        );
+    }
     Some(body)
+}
+
+/// Pass one's P.V over V's elements one at a time: lane `c` walks the block's keys for
+/// channel `c` (`vo` is V's offset at key `tt`, channel `c`).
+fn pv_scalar(d: usize, vo: &str) -> String {
+    format!(
+        "    for (var c = lane; c < {d}u; c += {LANES}u) {{
+        var a = 0.0;
+        for (var j = 0u; j < {KEYS}u; j++) {{
+            let pj = pw[j];
+            let tt = sp * {KEYS}u + j;
+            if (bitcast<u32>(pj) != 0xbf800000u) {{ a += pj * ld2({vo}); }}
+        }}
+        scr[o + 2u + c] = a;
+    }}"
+    )
+}
+
+/// Pass one's P.V over V's rows 16 bytes a load (`per` elements; `row` is V's offset at key
+/// `tt`, channel 0, without its base): each lane sums one chunk of a row over every `KG`-th
+/// key, unmasked keys' loads issued without a branch (a masked slot's value, which may be
+/// NaN, is selected away, and keys past the cache read its last row), then the key groups'
+/// sums meet in `pv`. A block with no live key (l = 0) reads no V.
+fn pv_vec(v: &Operand, per: usize, d: usize, tlen: usize, row: &str) -> String {
+    let ch = d / per;
+    let kg = LANES as usize / ch;
+    let (decl, acc, keep) = if per == 8 {
+        (
+            "var a0 = vec4<f32>(); var a1 = vec4<f32>();",
+            "a0 += select(z, pj * w0, on); a1 += select(z, pj * w1, on);",
+            "pv[2u * lane] = a0; pv[2u * lane + 1u] = a1;",
+        )
+    } else {
+        (
+            "var a0 = vec4<f32>();",
+            "a0 += select(z, pj * w0, on);",
+            "pv[lane] = a0;",
+        )
+    };
+    format!(
+        "    let ch = lane % {ch}u; let z = vec4<f32>();
+    {decl}
+    if (l > 0.0) {{
+        for (var j = lane / {ch}u; j < {KEYS}u; j += {kg}u) {{
+            let pj = pw[j];
+            let on = bitcast<u32>(pj) != 0xbf800000u;
+            let tt = min(sp * {KEYS}u + j, {last}u);
+            let u = wv{vb}(({base}u + {row}) / {per}u + ch);
+            {unpack}
+            {acc}
+        }}
+    }}
+    {keep}
+    workgroupBarrier();
+    for (var c4 = lane; c4 < {d4}u; c4 += {LANES}u) {{
+        var s = z;
+        for (var g = 0u; g < {kg}u; g++) {{ s += pv[g * {d4}u + c4]; }}
+        let so = o + 2u + 4u * c4;
+        scr[so] = s.x; scr[so + 1u] = s.y; scr[so + 2u] = s.z; scr[so + 3u] = s.w;
+    }}",
+        last = tlen - 1,
+        vb = v.binding,
+        base = v.base,
+        unpack = super::gemv::unpack(v.dtype),
+        d4 = d / 4,
+    )
 }
