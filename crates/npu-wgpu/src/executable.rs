@@ -7,7 +7,8 @@
 use crate::device::Gpu;
 use crate::error::step_error;
 use crate::wgsl::{self, WORKGROUP};
-use npu_program::program::{Binding, IoTensor, Slot};
+use npu_program::groups::rope_cache;
+use npu_program::program::{Binding, IoTensor, Slot, Step};
 use npu_program::Program;
 use npu_runtime::backend::{
     check_shared_state, check_state_write, downcast_state, match_input, missing_state,
@@ -230,6 +231,18 @@ enum Buf {
 
 /// A compiled step: its bind group layout, what each binding is (a part of a program buffer,
 /// or the step's scratch), and its dispatches (pipeline and workgroup grid), in order.
+/// Makes a step's shader from its operands, their buffers and layouts, and the adapter's caps.
+type ShaderFn<'a> = dyn Fn(
+        &[wgsl::Operand],
+        &[(usize, bool)],
+        &dyn Fn(usize) -> wgsl::Layout,
+        wgsl::Caps,
+    ) -> std::result::Result<wgsl::Shader, String>
+    + 'a;
+
+/// Per step, its bind group (None where a group launched at an earlier step runs it).
+type BindGroups = Vec<Option<wgpu::BindGroup>>;
+
 struct StepPipe {
     layout: wgpu::BindGroupLayout,
     bindings: Vec<(Option<Buf>, u32)>,
@@ -248,12 +261,14 @@ pub struct WgpuExecutable {
     weights: Vec<Arc<Store>>,
     consts: Vec<Store>,
     arena: Store,
-    steps: Vec<StepPipe>,
+    /// Per program step: its pipeline, or None for a step a group launched at an earlier
+    /// step runs.
+    steps: Vec<Option<StepPipe>>,
     /// While profiling: timestamps at every step's pass boundaries, where they resolve, and
     /// where that is read back.
     queries: Option<(wgpu::QuerySet, wgpu::Buffer, wgpu::Buffer)>,
     /// The bind groups of the last run and the state (id, generation) they were made for.
-    groups: Option<((u64, u64), Vec<wgpu::BindGroup>)>,
+    groups: Option<((u64, u64), BindGroups)>,
     step_ms: StepTimes,
 }
 
@@ -338,9 +353,31 @@ impl WgpuExecutable {
             groups: None,
             step_ms: StepTimes::default(),
         };
-        exe.steps = (0..exe.program.steps.len())
-            .map(|i| exe.compile_step(i))
-            .collect::<Result<_>>()?;
+        // A layer's RoPE and KV-cache steps run as one dispatch at the group's first step;
+        // the others hold none.
+        let n = exe.program.steps.len();
+        let mut i = 0;
+        while i < n {
+            let steps = &exe.program.steps;
+            match rope_cache(&steps[i..]) {
+                Some(g) => {
+                    let step = wgsl::rope_cache::combined(&g);
+                    let pipe = exe.compile_step(i, &step, &|ops, bufs, lay, _| {
+                        wgsl::rope_cache_shader(&g, ops, bufs, lay)
+                    })?;
+                    exe.steps.push(Some(pipe));
+                    exe.steps.extend((1..g.len()).map(|_| None));
+                    i += g.len();
+                }
+                None => {
+                    let pipe = exe.compile_step(i, &steps[i], &|ops, bufs, lay, caps| {
+                        wgsl::shader(&steps[i], ops, bufs, lay, caps)
+                    })?;
+                    exe.steps.push(Some(pipe));
+                    i += 1;
+                }
+            }
+        }
         Ok(exe)
     }
 
@@ -357,9 +394,10 @@ impl WgpuExecutable {
         }
     }
 
-    fn compile_step(&self, i: usize) -> Result<StepPipe> {
-        let step = &self.program.steps[i];
-        let kind = step.kernel.kind();
+    /// The pipeline of program step `i` (or of the group starting there, `step` being the
+    /// group's combined step), its shader from `make`.
+    fn compile_step(&self, i: usize, step: &Step, make: &ShaderFn) -> Result<StepPipe> {
+        let kind = self.program.steps[i].kernel.kind();
         let mut ids: Vec<Buf> = Vec::new();
         let (ops, buffers) = wgsl::operands(step, |b| {
             let buf = self.buf_of(b);
@@ -375,7 +413,7 @@ impl WgpuExecutable {
         let caps = wgsl::Caps {
             workgroup_bytes: self.gpu.limits.max_compute_workgroup_storage_size,
         };
-        let shader = wgsl::shader(step, &ops, &buffers, &layout_of, caps)
+        let shader = make(&ops, &buffers, &layout_of, caps)
             .map_err(|m| step_error(i, &step.origin, kind, m))?;
         let max_bindings = self.gpu.limits.max_storage_buffers_per_shader_stage as usize;
         if shader.bindings.len() > max_bindings {
@@ -526,10 +564,11 @@ impl WgpuExecutable {
     }
 
     /// Every step's bind group over this executable's buffers and `state`'s.
-    fn bind_groups(&self, state: &WgpuState) -> Vec<wgpu::BindGroup> {
+    fn bind_groups(&self, state: &WgpuState) -> BindGroups {
         self.steps
             .iter()
             .map(|s| {
+                let s = s.as_ref()?;
                 let entries: Vec<wgpu::BindGroupEntry> = s
                     .bindings
                     .iter()
@@ -545,13 +584,15 @@ impl WgpuExecutable {
                         }
                     })
                     .collect();
-                self.gpu
-                    .device
-                    .create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: None,
-                        layout: &s.layout,
-                        entries: &entries,
-                    })
+                Some(
+                    self.gpu
+                        .device
+                        .create_bind_group(&wgpu::BindGroupDescriptor {
+                            label: None,
+                            layout: &s.layout,
+                            entries: &entries,
+                        }),
+                )
             })
             .collect()
     }
@@ -659,6 +700,7 @@ impl Executable for WgpuExecutable {
             None => {
                 let mut pass = encoder.begin_compute_pass(&Default::default());
                 for (s, g) in self.steps.iter().zip(groups) {
+                    let (Some(s), Some(g)) = (s, g) else { continue };
                     pass.set_bind_group(0, g, &[]);
                     for (pipeline, (x, y)) in &s.passes {
                         pass.set_pipeline(pipeline);
@@ -678,6 +720,7 @@ impl Executable for WgpuExecutable {
                         label: None,
                         timestamp_writes: writes,
                     });
+                    let (Some(s), Some(g)) = (s, g) else { continue };
                     pass.set_bind_group(0, g, &[]);
                     for (pipeline, (x, y)) in &s.passes {
                         pass.set_pipeline(pipeline);

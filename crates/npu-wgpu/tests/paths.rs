@@ -1,6 +1,8 @@
 //! Which body the generated shaders take: decode-shaped GEMMs read their weights 16 bytes a
-//! load, decode attention splits over the key axis (its keys read 16 bytes a load), and shapes that break the fast paths'
-//! conditions keep the general bodies (the conformance suite checks all of them for values).
+//! load, decode attention splits over the key axis (its keys and values read 16 bytes a
+//! load), a decoder layer's RoPE and cache writes are one dispatch, and shapes that break
+//! the fast paths' conditions keep the general bodies (the conformance suite checks all of
+//! them for values).
 
 use npu_conformance::{cases, Case, Family, SEED};
 use npu_wgpu::wgsl::{self, Caps, Layout};
@@ -58,10 +60,27 @@ fn decode_attention_splits_over_keys() {
         "attention bfloat16 b1 h12/2 s1 t8500 d128 mask, NaN/Inf in masked slots",
     ));
     assert_eq!(s.passes.len(), 2);
-    // Keys 16 bytes a load.
+    // Keys and values 16 bytes a load.
     assert!(s.source.contains("wv1("));
+    assert!(s.source.contains("wv2("));
     // 12 rows, 67 blocks of 128 keys each, then one merge per row.
     assert_eq!(s.passes[0].items, 12 * 67);
     assert_eq!(s.passes[1].items, 12);
     assert_eq!(s.scratch_bytes, 4 * 12 * 67 * 130);
+}
+
+#[test]
+fn a_decoder_layers_rope_and_cache_writes_are_one_dispatch() {
+    use npu_program::groups::{fixtures::decoder_layer, rope_cache};
+    let steps = decoder_layer();
+    let g = rope_cache(&steps).expect("a group");
+    let step = wgsl::rope_cache::combined(&g);
+    let (ops, buffers) = wgsl::operands(&step, |b| match b.slot {
+        npu_program::program::Slot::Input(i) => 1 + i as usize,
+        _ => 0,
+    });
+    let s = wgsl::rope_cache_shader(&g, &ops, &buffers, &|_| Layout::WHOLE).expect("a shader");
+    assert_eq!(s.passes.len(), 1);
+    // One thread per element of q (12 heads), k and v (2 heads each) of 128 dims.
+    assert_eq!(s.passes[0].items, (12 + 2 + 2) * 128);
 }

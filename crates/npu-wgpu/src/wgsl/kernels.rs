@@ -60,6 +60,47 @@ pub(super) fn gemm_roles(
 
 /// An attention step's additive mask at (i0, i1, i2, key tt): operand 3 when the step has
 /// four inputs (`n_in`; the output follows the inputs in `ops`), else 0.
+/// Statements declaring `rv`, RoPE of operand `x` at index `i0..` of `shape` (its last dim
+/// split in halves that rotate into each other) with operands `cos` and `sin`.
+pub(super) fn rope_value(ops: &[Operand], [x, cos, sin]: [usize; 3], shape: &[usize]) -> String {
+    let r = shape.len();
+    let half = shape[r - 1] / 2;
+    let idx = names("i", r);
+    let mut lo = idx.clone();
+    lo[r - 1] = format!("(i{} + {half}u)", r - 1);
+    let mut hi = idx.clone();
+    hi[r - 1] = format!("(i{} - {half}u)", r - 1);
+    format!(
+        "    var rot = 0.0;\n    if (i{l} < {half}u) {{ rot = -ld{x}({}); }} else {{ rot = ld{x}({}); }}\n    let rv = ld{x}({}) * ld{cos}({}) + rot * ld{sin}({});\n",
+        offset(&ops[x], &lo),
+        offset(&ops[x], &hi),
+        offset(&ops[x], &idx),
+        offset(&ops[cos], &idx),
+        offset(&ops[sin], &idx),
+        l = r - 1,
+    )
+}
+
+/// Statements storing `value` (the source element at index `i0..i{rank-1}`) into operand
+/// `out` at that index with dim `axis` replaced by the slot operand `index` holds for it;
+/// slots outside the dim write nothing.
+pub(super) fn index_copy_store(
+    ops: &[Operand],
+    [index, out]: [usize; 2],
+    axis: usize,
+    rank: usize,
+    value: &str,
+) -> String {
+    let mut di = names("i", rank);
+    di[axis] = "u32(slot)".into();
+    format!(
+        "    let slot = ldi{index}({});\n    if (slot >= 0 && slot < {}) {{ st{out}({}, {value}); }}\n",
+        offset(&ops[index], &[format!("i{axis}")]),
+        ops[out].shape[axis],
+        offset(&ops[out], &di),
+    )
+}
+
 pub(super) fn mask_at(ops: &[Operand], n_in: usize) -> String {
     if n_in == 4 {
         format!(
@@ -497,42 +538,16 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Body, String> {
             numel(oshape)
         }
         Kernel::IndexCopy { axis } => {
-            let (index, src) = (&ops[0], &ops[1]);
-            let sr = src.shape.len();
+            let src = &ops[1];
             b += &unravel("i", "t", &src.shape);
-            let idx = names("i", sr);
-            let mut di = idx.clone();
-            di[*axis] = "u32(slot)".into();
-            let n = out.shape[*axis];
-            let _ = writeln!(
-                b,
-                "    let slot = ldi0({});\n    if (slot >= 0 && slot < {n}) {{ st{o}({}, ld1({})); }}",
-                offset(index, &[format!("i{axis}")]),
-                offset(out, &di),
-                offset(src, &idx)
-            );
+            let value = format!("ld1({})", offset(src, &names("i", src.shape.len())));
+            b += &index_copy_store(ops, [0, o], *axis, src.shape.len(), &value);
             numel(&src.shape)
         }
         Kernel::Rope => {
-            let d = oshape[r - 1];
-            let half = d / 2;
             b += &unravel("i", "t", oshape);
-            let idx = names("i", r);
-            let mut lo = idx.clone();
-            lo[r - 1] = format!("(i{} + {half}u)", r - 1);
-            let mut hi = idx.clone();
-            hi[r - 1] = format!("(i{} - {half}u)", r - 1);
-            let _ = writeln!(
-                b,
-                "    var rot = 0.0;\n    if (i{l} < {half}u) {{ rot = -ld0({}); }} else {{ rot = ld0({}); }}\n    st{o}({}, ld0({}) * ld1({}) + rot * ld2({}));",
-                offset(&ops[0], &lo),
-                offset(&ops[0], &hi),
-                offset(out, &idx),
-                offset(&ops[0], &idx),
-                offset(&ops[1], &idx),
-                offset(&ops[2], &idx),
-                l = r - 1,
-            );
+            b += &rope_value(ops, [0, 1, 2], oshape);
+            let _ = writeln!(b, "    st{o}({}, rv);", offset(out, &names("i", r)));
             numel(oshape)
         }
         Kernel::Attention { scale, causal } => {

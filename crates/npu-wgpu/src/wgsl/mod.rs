@@ -16,8 +16,10 @@ mod attention;
 mod gemv;
 mod kernels;
 pub mod pointwise;
+pub mod rope_cache;
 
 use npu_ir::DType;
+use npu_program::groups::RopeCache;
 use npu_program::program::{Binding, Step};
 use std::fmt::Write;
 
@@ -311,14 +313,38 @@ pub fn shader(
     layout: &dyn Fn(usize) -> Layout,
     caps: Caps,
 ) -> Result<Shader, String> {
-    let n_in = step.inputs.len();
+    let body = kernels::body(step, ops, caps)?;
+    assemble(step.inputs.len(), ops, buffers, layout, body)
+}
+
+/// The shader of a layer's RoPE and KV-cache steps run as one dispatch
+/// (`npu_program::groups::rope_cache`), over the operands of the group's combined step
+/// ([`rope_cache::combined`]).
+pub fn rope_cache_shader(
+    group: &RopeCache,
+    ops: &[Operand],
+    buffers: &[(usize, bool)],
+    layout: &dyn Fn(usize) -> Layout,
+) -> Result<Shader, String> {
+    let body = rope_cache::body(group, ops);
+    assemble(rope_cache::n_inputs(group), ops, buffers, layout, body)
+}
+
+/// A shader from its body: the operands' accessors (`n_in` inputs, then outputs), the
+/// bindings, the body's globals and one entry point per pass.
+fn assemble(
+    n_in: usize,
+    ops: &[Operand],
+    buffers: &[(usize, bool)],
+    layout: &dyn Fn(usize) -> Layout,
+    body: Body,
+) -> Result<Shader, String> {
     let mut src = String::new();
     src.push_str(CONVERT);
     src.push_str(pointwise::PRELUDE);
     for (k, op) in ops.iter().enumerate() {
         access(&mut src, k, op, k >= n_in, buffers[op.binding].1)?;
     }
-    let body = kernels::body(step, ops, caps)?;
     let mut bindings = Vec::new();
     for (j, (id, atomic)) in buffers.iter().enumerate() {
         let lay = layout(*id);
