@@ -51,9 +51,13 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
         }
     }
     // GEMV (M = 1) on a transposed bf16 weight with bias, vectorized and odd K; a wide one
-    // (more column groups than CUDA's k_gemv16 launches blocks: each block loops).
+    // (more column groups than CUDA's k_gemv16 launches blocks: each block loops); K whose
+    // 16-byte words do not split evenly over a column's 32 lanes (wgpu's GEMV: the last
+    // loads on some lanes only).
     for (dt, k, n) in [
         (BF16, 1536, 1000),
+        (BF16, 808, 300),
+        (F32, 812, 77),
         (F16, 256, 9001),
         (F16, 64, 333),
         (F32, 37, 19),

@@ -1,9 +1,10 @@
 //! Matrix-vector products (decode's GEMMs of a few rows) over weights whose rows run along K:
 //! the weight is read 16 bytes a load (`wv{j}`, eight bf16/f16 or four f32), a workgroup of
-//! 256 lanes computes 8 output columns with 32 lanes on each, and the activation rows (after
-//! the RMSNorm prologue, if any) are staged once per workgroup in workgroup memory where the
-//! adapter has room for them. A decode
-//! step's time is the time to stream its weights once, so the weight loads are what matter.
+//! 256 lanes computes 16 output columns with 16 lanes on each, every lane issuing up to 8
+//! loads before it uses the first, the column's lanes summing in a tree; the activation rows
+//! (after the RMSNorm prologue, if any) are staged once per workgroup in workgroup memory
+//! where the adapter has room for them. A decode step's time is the time to stream its
+//! weights once, so the weight loads are what matter.
 //! Shapes, layouts or limits this does not fit take the general GEMM body in `kernels.rs`.
 
 use super::kernels::{gemm_roles, gemm_store, numel};
@@ -14,9 +15,14 @@ use npu_program::program::{Kernel, Step};
 use std::fmt::Write;
 
 const LANES: u32 = 256;
-/// Lanes on one output column: a warp on NVIDIA, so that a column's loads stay together.
-const GROUP: u32 = 32;
-const COLS: u32 = LANES / GROUP;
+/// Lanes on one output column. On the H100 (Vulkan, 2026-11-26), Qwen2.5-1.5B decode's
+/// GEMMs but the LM head took 2.27 ms at 16 lanes, 2.42 at 32 and 2.28 at 8 (whose whole
+/// runs were slower); spreading a column over up to 256 lanes, for more workgroups, was
+/// slower than 32.
+const GROUP: u32 = 16;
+/// The most 16-byte weight loads a lane issues before using the first (8: a Qwen2.5-1.5B
+/// column of K = 1536 is 12 loads on a lane; 16 or 24 in flight measured no better).
+const MAX_LOADS: usize = 8;
 /// The most rows one workgroup carries (one accumulator each).
 const MAX_ROWS: usize = 8;
 
@@ -157,59 +163,80 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Option<Body>, St
     let (base, pitch) = (w.base / per as u64, w.strides[r - 1] / per);
     let pitch = if n == 1 { 0 } else { pitch };
     let wj = w.binding;
-    // Accumulate the 16 bytes at vec4 index `qe` of the row into every row's sum.
-    let step_at = |qe: &str| -> String {
-        let load = format!("let u = wv{wj}(wb + {qe});");
-        let unpack = unpack(w.dtype);
-        let fma: String = (0..m)
-            .map(|i| {
-                if per == 8 {
-                    format!(
-                        " acc{i} += dot({}, w0) + dot({}, w1);",
-                        xv(i, &format!("(2u * ({qe}))")),
-                        xv(i, &format!("(2u * ({qe}) + 1u)"))
-                    )
-                } else {
-                    format!(" acc{i} += dot({}, w0);", xv(i, &format!("({qe})")))
-                }
-            })
-            .collect();
-        format!("{{ {load}\n            {unpack}\n           {fma} }}")
+    let kq = k / per;
+    let group = GROUP;
+    let cols = LANES / group;
+    let loads = (kq / group as usize).clamp(1, MAX_LOADS) as u32;
+    // Load `loads` 16-byte words of the column (vec4 indices `qe`, `qe` + group, ...)
+    // into `u0`.. first, then accumulate each into every row's sum: the loads are all in
+    // flight before the first use.
+    let batch = |qe: &str, loads: u32| -> String {
+        let mut s = String::from("{");
+        for l in 0..loads {
+            let _ = write!(s, " let u{l} = wv{wj}(wb + {qe} + {}u);", l * group);
+        }
+        for l in 0..loads {
+            let qi = format!("{qe} + {}u", l * group);
+            let fma: String = (0..m)
+                .map(|i| {
+                    if per == 8 {
+                        format!(
+                            " acc{i} += dot({}, w0) + dot({}, w1);",
+                            xv(i, &format!("(2u * ({qi}))")),
+                            xv(i, &format!("(2u * ({qi}) + 1u)"))
+                        )
+                    } else {
+                        format!(" acc{i} += dot({}, w0);", xv(i, &format!("({qi})")))
+                    }
+                })
+                .collect();
+            let _ = write!(
+                s,
+                "\n            {{ let u = u{l}; {}\n           {fma} }}",
+                unpack(w.dtype)
+            );
+        }
+        s + " }"
     };
     let decl: String = (0..m).map(|i| format!(" var acc{i} = 0.0;")).collect();
     let parts: String = (0..m)
         .map(|i| format!(" part[{}u + lane] = acc{i};", i as u32 * LANES))
         .collect();
+    // The column's lanes sum their parts in a tree; lane g of each column then finishes
+    // row g of it.
+    let tree: String = (0..m)
+        .map(|i| {
+            let o = i as u32 * LANES;
+            format!(" part[{o}u + lane] += part[{o}u + lane + s];")
+        })
+        .collect();
     let _ = writeln!(
         b,
-        "    let col = lane / {GROUP}u; let g = lane % {GROUP}u; let n = t * {COLS}u + col;
+        "    let col = lane / {group}u; let g = lane % {group}u; let n = t * {cols}u + col;
    {decl}
     if (n < {n}u) {{
         let wb = {base}u + n * {pitch}u;
-        // Two loads in flight per lane.
         var q = g;
-        for (; q + {GROUP}u < {kq}u; q += {}u) {{
-            {}
-            {}
-        }}
-        if (q < {kq}u) {}
+        for (; q + {}u < {kq}u; q += {}u) {}
+        for (; q < {kq}u; q += {group}u) {}
     }}
    {parts}
     workgroupBarrier();
-    // Lane g of each column finishes row g of it.
+    for (var s = {}u; s > 0u; s = s >> 1u) {{
+        if (g < s) {{{tree} }}
+        workgroupBarrier();
+    }}
     if (g >= {m}u || n >= {n}u) {{ return; }}
-    var acc = 0.0;
-    for (var i = 0u; i < {GROUP}u; i++) {{ acc += part[g * {LANES}u + col * {GROUP}u + i]; }}
-    var p = {} * acc;",
-        2 * GROUP,
-        step_at("q"),
-        step_at(&format!("q + {GROUP}u")),
-        step_at("q"),
+    var p = {} * part[g * {LANES}u + col * {group}u];",
+        (loads - 1) * group,
+        loads * group,
+        batch("q", loads),
+        batch("q", 1),
+        group / 2,
         lit(f64::from(*alpha)),
-        kq = k / per,
     );
     b += &gemm_store(ops, bias, *residual, *beta, *a, o, &at("g", "n"));
-    let mut body = Body::new(b, (n as u64).div_ceil(u64::from(COLS)), LANES);
+    let mut body = Body::new(b, (n as u64).div_ceil(u64::from(cols)), LANES);
     body.vec4 = vec![w.binding];
     if staged {
         let _ = writeln!(globals, "var<workgroup> xs: array<vec4<f32>, {}>;", m * k4);
