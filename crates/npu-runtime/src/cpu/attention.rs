@@ -1,7 +1,9 @@
 //! Scaled dot-product attention with grouped K/V heads, causal or masked, f32 softmax.
 //! Any T (no 2048 limit). The mask is read once per mask row (not per head when broadcast)
 //! into lists of attended positions; the K/V rows those positions need are converted to f32
-//! once per KV head; then query rows run in parallel over their lists only.
+//! once per KV head; then query rows run in parallel over their lists only. A few query rows
+//! whose heads share a mask row (decode) take `attention_decode.rs` instead, which reads the
+//! cache in place.
 
 use super::dot::dot_f32;
 use super::gemm::{matmul, Mat};
@@ -60,6 +62,17 @@ pub fn attention(
             }
         }
         ranges.push((start, pos.len()));
+    }
+    if mh == 1 && s < GEMM_MIN_ROWS {
+        // A few query rows whose heads share their slots (decode): the cache read in place.
+        let rows = RowsOf {
+            ranges: &ranges,
+            pos: &pos,
+            mh,
+            s,
+        };
+        super::attention_decode::decode(scale, q, k, v, &needed, &rows, [b, h, kvh, t, d], out);
+        return Ok(());
     }
     // Phase 2: K and V rows that some query reads, converted to f32 once per KV head (GQA
     // shares them between the `group` query heads).
@@ -140,16 +153,16 @@ pub fn attention(
 
 /// Phase 1's attended slots: for mask row `mr`, `pos[ranges[mr].0..ranges[mr].1]` as (slot,
 /// additive mask value); `mh` mask rows per batch and query row (1: shared by the heads).
-struct RowsOf<'a> {
+pub(super) struct RowsOf<'a> {
     ranges: &'a [(usize, usize)],
     pos: &'a [(u32, f32)],
     mh: usize,
-    s: usize,
+    pub(super) s: usize,
 }
 
 impl RowsOf<'_> {
     /// The slots query row `si` of head `hi` in batch `bi` attends, ascending.
-    fn of(&self, bi: usize, hi: usize, si: usize) -> &[(u32, f32)] {
+    pub(super) fn of(&self, bi: usize, hi: usize, si: usize) -> &[(u32, f32)] {
         let head = if self.mh == 1 { 0 } else { hi };
         let (lo, end) = self.ranges[(bi * self.mh + head) * self.s + si];
         &self.pos[lo..end]

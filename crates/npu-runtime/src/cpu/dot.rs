@@ -1,4 +1,5 @@
-//! Dot products for the bandwidth-bound paths (GEMV over f32/bf16/f16 weights, attention),
+//! Dot products and scaled adds (`axpy`) for the bandwidth-bound paths (GEMV over
+//! f32/bf16/f16 weights, attention),
 //! with an AVX2+FMA build selected at run time on x86-64.
 
 use half::f16;
@@ -50,6 +51,19 @@ macro_rules! dot_bodies {
             }
             s
         }
+        #[inline(always)]
+        fn axpy_f32_body(acc: &mut [f32], p: f32, v: &[f32]) {
+            for (a, &x) in acc.iter_mut().zip(v) {
+                *a = if $fma { p.mul_add(x, *a) } else { *a + p * x };
+            }
+        }
+        #[inline(always)]
+        fn axpy_bf16_body(acc: &mut [f32], p: f32, v: &[u16]) {
+            for (a, &x) in acc.iter_mut().zip(v) {
+                let w = f32::from_bits(u32::from(x) << 16);
+                *a = if $fma { p.mul_add(w, *a) } else { *a + p * w };
+            }
+        }
     };
 }
 
@@ -60,6 +74,12 @@ mod generic {
     }
     pub fn bf16(a: &[f32], b: &[u16]) -> f32 {
         bf16_body(a, b)
+    }
+    pub fn axpy_f32(acc: &mut [f32], p: f32, v: &[f32]) {
+        axpy_f32_body(acc, p, v)
+    }
+    pub fn axpy_bf16(acc: &mut [f32], p: f32, v: &[u16]) {
+        axpy_bf16_body(acc, p, v)
     }
 }
 
@@ -73,6 +93,14 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn bf16(a: &[f32], b: &[u16]) -> f32 {
         bf16_body(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy_f32(acc: &mut [f32], p: f32, v: &[f32]) {
+        axpy_f32_body(acc, p, v)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy_bf16(acc: &mut [f32], p: f32, v: &[u16]) {
+        axpy_bf16_body(acc, p, v)
     }
 }
 
@@ -103,6 +131,28 @@ pub fn dot_bf16(a: &[f32], b: &[u16]) -> f32 {
         return unsafe { avx2::bf16(a, b) };
     }
     generic::bf16(a, b)
+}
+
+/// acc[i] += p * v[i] over the shorter length.
+#[inline]
+pub fn axpy_f32(acc: &mut [f32], p: f32, v: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: as dot_f32.
+        return unsafe { avx2::axpy_f32(acc, p, v) };
+    }
+    generic::axpy_f32(acc, p, v)
+}
+
+/// acc[i] += p * bf16(v[i]) over the shorter length.
+#[inline]
+pub fn axpy_bf16(acc: &mut [f32], p: f32, v: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: as dot_f32.
+        return unsafe { avx2::axpy_bf16(acc, p, v) };
+    }
+    generic::axpy_bf16(acc, p, v)
 }
 
 /// sum a[i] * f16(b[i]), converting b in tiles of 256.

@@ -5,6 +5,7 @@
 pub(crate) mod activation;
 pub(crate) mod amx;
 pub(crate) mod attention;
+mod attention_decode;
 pub(crate) mod conv;
 pub(crate) mod conv_grouped;
 pub(crate) mod copy;
