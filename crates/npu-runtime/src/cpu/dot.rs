@@ -57,13 +57,6 @@ macro_rules! dot_bodies {
                 *a = if $fma { p.mul_add(x, *a) } else { *a + p * x };
             }
         }
-        #[inline(always)]
-        fn axpy_bf16_body(acc: &mut [f32], p: f32, v: &[u16]) {
-            for (a, &x) in acc.iter_mut().zip(v) {
-                let w = f32::from_bits(u32::from(x) << 16);
-                *a = if $fma { p.mul_add(w, *a) } else { *a + p * w };
-            }
-        }
     };
 }
 
@@ -77,9 +70,6 @@ mod generic {
     }
     pub fn axpy_f32(acc: &mut [f32], p: f32, v: &[f32]) {
         axpy_f32_body(acc, p, v)
-    }
-    pub fn axpy_bf16(acc: &mut [f32], p: f32, v: &[u16]) {
-        axpy_bf16_body(acc, p, v)
     }
 }
 
@@ -97,10 +87,6 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn axpy_f32(acc: &mut [f32], p: f32, v: &[f32]) {
         axpy_f32_body(acc, p, v)
-    }
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn axpy_bf16(acc: &mut [f32], p: f32, v: &[u16]) {
-        axpy_bf16_body(acc, p, v)
     }
 }
 
@@ -142,17 +128,6 @@ pub fn axpy_f32(acc: &mut [f32], p: f32, v: &[f32]) {
         return unsafe { avx2::axpy_f32(acc, p, v) };
     }
     generic::axpy_f32(acc, p, v)
-}
-
-/// acc[i] += p * bf16(v[i]) over the shorter length.
-#[inline]
-pub fn axpy_bf16(acc: &mut [f32], p: f32, v: &[u16]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: as dot_f32.
-        return unsafe { avx2::axpy_bf16(acc, p, v) };
-    }
-    generic::axpy_bf16(acc, p, v)
 }
 
 /// sum a[i] * f16(b[i]), converting b in tiles of 256.
