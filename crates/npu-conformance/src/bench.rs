@@ -6,6 +6,42 @@ use crate::Rng;
 use npu_program::Program;
 use npu_runtime::{HostTensor, MemoryWeights, StepTime};
 use std::collections::HashMap;
+use std::process::ExitCode;
+
+/// Options of a bench command: `--key value` pairs.
+pub type Args = HashMap<String, String>;
+
+/// Runs a bench binary's `main`: the first argument names the command, the rest are
+/// `--key value` pairs handed to `run`, whose JSON goes to stdout and whose error to stderr
+/// (exit status 1; 2 without a command).
+pub fn main(usage: &str, run: impl FnOnce(&str, &Args) -> Result<String, String>) -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprintln!("usage: {usage}");
+        return ExitCode::from(2);
+    };
+    let mut map = Args::new();
+    for kv in args[1..].chunks(2) {
+        if let [k, v] = kv {
+            map.insert(k.trim_start_matches("--").to_string(), v.clone());
+        }
+    }
+    match run(cmd, &map) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The value of option `--k`.
+pub fn arg(map: &Args, k: &str) -> Result<String, String> {
+    map.get(k).cloned().ok_or_else(|| format!("missing --{k}"))
+}
 
 /// Uniform random weights in [-0.04, 0.04) for every source tensor (timing only).
 pub fn random_weights(p: &Program) -> MemoryWeights {

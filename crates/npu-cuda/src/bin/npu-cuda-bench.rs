@@ -12,7 +12,7 @@
 //! tokens) and writes every step's logits; `decode-at` times one decode step at each cache
 //! position (mask admitting slots 0..=p).
 
-use npu_conformance::bench::{self, median};
+use npu_conformance::bench::{self, arg, median};
 use npu_cuda::{CudaBackend, CudaExecutable};
 use npu_ir::DType;
 use npu_program::npubin;
@@ -20,17 +20,12 @@ use npu_program::Program;
 use npu_runtime::{
     read_safetensors, write_safetensors, Executable, HostTensor, SafetensorsFile, WeightSource,
 };
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 type Res<T> = Result<T, String>;
 type Outs = Vec<(String, HostTensor)>;
-
-fn arg(map: &HashMap<String, String>, k: &str) -> Res<String> {
-    map.get(k).cloned().ok_or_else(|| format!("missing --{k}"))
-}
 
 fn load(p: &str) -> Res<Program> {
     npubin::load(&PathBuf::from(p)).map_err(|e| npu_ir::error_chain(&e))
@@ -102,7 +97,7 @@ fn profile_json(
     ))
 }
 
-fn cmd_time(a: &HashMap<String, String>) -> Res<String> {
+fn cmd_time(a: &bench::Args) -> Res<String> {
     let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
     let p = load(&arg(a, "program")?)?;
     let w = SafetensorsFile::open(&PathBuf::from(arg(a, "weights")?))
@@ -141,7 +136,7 @@ fn cmd_time(a: &HashMap<String, String>) -> Res<String> {
     ))
 }
 
-fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
+fn cmd_teacher(a: &bench::Args) -> Res<String> {
     let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
     let pre = load(&arg(a, "prefill")?)?;
     let dec = load(&arg(a, "decode")?)?;
@@ -190,7 +185,7 @@ fn cmd_teacher(a: &HashMap<String, String>) -> Res<String> {
     ))
 }
 
-fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
+fn cmd_decode_at(a: &bench::Args) -> Res<String> {
     let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
     let dec = load(&arg(a, "decode")?)?;
     let wpath = arg(a, "weights")?;
@@ -245,31 +240,13 @@ fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first().cloned() else {
-        eprintln!("usage: npu-cuda-bench (time|teacher|decode-at) --key value ...");
-        return ExitCode::from(2);
-    };
-    let mut map = HashMap::new();
-    for kv in args[1..].chunks(2) {
-        if let [k, v] = kv {
-            map.insert(k.trim_start_matches("--").to_string(), v.clone());
-        }
-    }
-    let r = match cmd.as_str() {
-        "time" => cmd_time(&map),
-        "teacher" => cmd_teacher(&map),
-        "decode-at" => cmd_decode_at(&map),
-        other => Err(format!("unknown command '{other}'")),
-    };
-    match r {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(1)
-        }
-    }
+    bench::main(
+        "npu-cuda-bench (time|teacher|decode-at) --key value ...",
+        |cmd, a| match cmd {
+            "time" => cmd_time(a),
+            "teacher" => cmd_teacher(a),
+            "decode-at" => cmd_decode_at(a),
+            other => Err(format!("unknown command '{other}'")),
+        },
+    )
 }

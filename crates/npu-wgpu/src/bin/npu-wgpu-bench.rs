@@ -10,22 +10,17 @@
 //! and minimum of whole runs (upload, execute, readback) and the per-kernel-group time of
 //! three profiled runs (timestamp queries, each step in its own pass).
 
-use npu_conformance::bench::{self, median};
+use npu_conformance::bench::{self, arg, median};
 use npu_program::{npubin, Program};
 use npu_runtime::{Backend, HostTensor, SafetensorsFile, WeightSource};
 use npu_wgpu::WgpuBackend;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 type Res<T> = Result<T, String>;
 
-fn arg(map: &HashMap<String, String>, k: &str) -> Res<String> {
-    map.get(k).cloned().ok_or_else(|| format!("missing --{k}"))
-}
-
-fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
+fn cmd_decode_at(a: &bench::Args) -> Res<String> {
     let chain = |e: &dyn std::error::Error| npu_ir::error_chain(e);
     let b = WgpuBackend::new().map_err(|e| chain(&e))?;
     let dec: Program = npubin::load(&PathBuf::from(arg(a, "decode")?)).map_err(|e| chain(&e))?;
@@ -89,29 +84,11 @@ fn cmd_decode_at(a: &HashMap<String, String>) -> Res<String> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first().cloned() else {
-        eprintln!("usage: npu-wgpu-bench decode-at --key value ...");
-        return ExitCode::from(2);
-    };
-    let mut map = HashMap::new();
-    for kv in args[1..].chunks(2) {
-        if let [k, v] = kv {
-            map.insert(k.trim_start_matches("--").to_string(), v.clone());
-        }
-    }
-    let r = match cmd.as_str() {
-        "decode-at" => cmd_decode_at(&map),
-        other => Err(format!("unknown command '{other}'")),
-    };
-    match r {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(1)
-        }
-    }
+    bench::main(
+        "npu-wgpu-bench decode-at --key value ...",
+        |cmd, a| match cmd {
+            "decode-at" => cmd_decode_at(a),
+            other => Err(format!("unknown command '{other}'")),
+        },
+    )
 }
