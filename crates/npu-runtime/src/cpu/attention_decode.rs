@@ -11,6 +11,8 @@
 
 use super::activation::fast_exp;
 use super::attention::RowsOf;
+#[cfg(target_arch = "x86_64")]
+use super::attention_avx2;
 use super::dot::axpy_f32;
 use super::simd::multiversion;
 use super::view::{with_scratch, View};
@@ -63,6 +65,14 @@ multiversion! {
     }
 }
 
+/// Whether the AVX2 blocks run here.
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return attention_avx2::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Row `off` of `x` (a [b, heads, t, d] K or V view) as f32 in `dst`.
 #[inline]
 fn row_f32(x: &View, off: usize, dst: &mut [f32]) {
@@ -111,6 +121,9 @@ pub(super) fn decode(
             e
         })
         .collect();
+    // bf16 K and V rows with unit stride: the AVX2 blocks (`attention_avx2.rs`).
+    let bf16_rows = |x: &View| x.dtype == DType::BF16 && x.strides[3] == 1;
+    let fast = avx2() && bf16_rows(k) && bf16_rows(v) && d % 8 == 0;
     // Per (batch, KV head, row, block, head of the group): max, sum, D outputs.
     let rec = d + 2;
     let mut part = vec![0f32; b * kvh * s * blocks * group * rec];
@@ -143,9 +156,27 @@ pub(super) fn decode(
                                 &mut qv[g * d..(g + 1) * d],
                             );
                         }
-                        for (j, &(ti, mv)) in slots.iter().enumerate() {
-                            row_f32(k, kbase + ti as usize * k.strides[2], row);
-                            heads_dot(qv, row, scale, mv, &mut p[j * group..(j + 1) * group]);
+                        if fast {
+                            #[cfg(target_arch = "x86_64")]
+                            // SAFETY: `fast` checked AVX2, bf16 rows with unit stride and d a
+                            // multiple of 8; the listed slots' rows lie in K (view module doc).
+                            unsafe {
+                                let kp = (k.ptr as *const u16).add(kbase);
+                                attention_avx2::scores(
+                                    qv,
+                                    group,
+                                    kp,
+                                    k.strides[2],
+                                    slots,
+                                    scale,
+                                    p,
+                                );
+                            }
+                        } else {
+                            for (j, &(ti, mv)) in slots.iter().enumerate() {
+                                row_f32(k, kbase + ti as usize * k.strides[2], row);
+                                heads_dot(qv, row, scale, mv, &mut p[j * group..(j + 1) * group]);
+                            }
                         }
                         for g in 0..group {
                             let m = (0..n)
@@ -163,10 +194,19 @@ pub(super) fn decode(
                             mine[r] = m;
                             mine[r + 1] = l;
                         }
-                        acc.fill(0.0);
-                        for (j, &(ti, _)) in slots.iter().enumerate() {
-                            row_f32(v, vbase + ti as usize * v.strides[2], row);
-                            heads_axpy(acc, &p[j * group..(j + 1) * group], row);
+                        if fast {
+                            #[cfg(target_arch = "x86_64")]
+                            // SAFETY: as the scores, for V.
+                            unsafe {
+                                let vp = (v.ptr as *const u16).add(vbase);
+                                attention_avx2::outputs(p, group, vp, v.strides[2], slots, acc);
+                            }
+                        } else {
+                            acc.fill(0.0);
+                            for (j, &(ti, _)) in slots.iter().enumerate() {
+                                row_f32(v, vbase + ti as usize * v.strides[2], row);
+                                heads_axpy(acc, &p[j * group..(j + 1) * group], row);
+                            }
                         }
                         for g in 0..group {
                             let r = rec_at(g) + 2;

@@ -5,6 +5,8 @@
 pub(crate) mod activation;
 pub(crate) mod amx;
 pub(crate) mod attention;
+#[cfg(target_arch = "x86_64")]
+mod attention_avx2;
 mod attention_decode;
 pub(crate) mod conv;
 pub(crate) mod conv_grouped;
