@@ -698,15 +698,27 @@ impl Executable for WgpuExecutable {
         let mut encoder = device.create_command_encoder(&Default::default());
         match &self.queries {
             None => {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                for (s, g) in self.steps.iter().zip(groups) {
-                    let (Some(s), Some(g)) = (s, g) else { continue };
-                    pass.set_bind_group(0, g, &[]);
-                    for (pipeline, (x, y)) in &s.passes {
-                        pass.set_pipeline(pipeline);
-                        pass.dispatch_workgroups(*x, *y, 1);
+                // The first eighth of the steps goes to the GPU while the rest is recorded
+                // (a decode step's ~230 dispatches take a fraction of a millisecond to record).
+                let n = self.steps.len();
+                let split = n / 8;
+                let record = |encoder: &mut wgpu::CommandEncoder, range: std::ops::Range<usize>| {
+                    let mut pass = encoder.begin_compute_pass(&Default::default());
+                    for (s, g) in self.steps[range.clone()].iter().zip(&groups[range]) {
+                        let (Some(s), Some(g)) = (s, g) else { continue };
+                        pass.set_bind_group(0, g, &[]);
+                        for (pipeline, (x, y)) in &s.passes {
+                            pass.set_pipeline(pipeline);
+                            pass.dispatch_workgroups(*x, *y, 1);
+                        }
                     }
+                };
+                if split > 0 {
+                    let mut head = device.create_command_encoder(&Default::default());
+                    record(&mut head, 0..split);
+                    self.gpu.queue.submit([head.finish()]);
                 }
+                record(&mut encoder, split..n);
             }
             Some((set, resolve, _)) => {
                 let timed = self.steps.len().min(MAX_TIMED_STEPS);
