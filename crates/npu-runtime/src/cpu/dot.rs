@@ -6,8 +6,9 @@ use half::f16;
 
 macro_rules! dot_bodies {
     ($fma:expr) => {
+        /// sum a[i] * w(b[i]), 16 lanes of partial sums.
         #[inline(always)]
-        fn f32_body(a: &[f32], b: &[f32]) -> f32 {
+        fn dot_body<T: Copy>(a: &[f32], b: &[T], w: impl Fn(T) -> f32) -> f32 {
             let n = a.len().min(b.len());
             let (a, b) = (&a[..n], &b[..n]);
             let mut acc = [0f32; 16];
@@ -16,17 +17,21 @@ macro_rules! dot_bodies {
             for (x, y) in (&mut ca).zip(&mut cb) {
                 for i in 0..16 {
                     acc[i] = if $fma {
-                        x[i].mul_add(y[i], acc[i])
+                        x[i].mul_add(w(y[i]), acc[i])
                     } else {
-                        acc[i] + x[i] * y[i]
+                        acc[i] + x[i] * w(y[i])
                     };
                 }
             }
             let mut s: f32 = acc.iter().sum();
             for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-                s += x * y;
+                s += x * w(*y);
             }
             s
+        }
+        #[inline(always)]
+        fn f32_body(a: &[f32], b: &[f32]) -> f32 {
+            dot_body(a, b, |y| y)
         }
         #[inline(always)]
         fn axpy_f32_body(acc: &mut [f32], p: f32, v: &[f32]) {
@@ -43,21 +48,7 @@ mod generic {
         f32_body(a, b)
     }
     pub fn bf16(a: &[f32], b: &[u16]) -> f32 {
-        let n = a.len().min(b.len());
-        let (a, b) = (&a[..n], &b[..n]);
-        let mut acc = [0f32; 16];
-        let mut ca = a.chunks_exact(16);
-        let mut cb = b.chunks_exact(16);
-        for (x, y) in (&mut ca).zip(&mut cb) {
-            for i in 0..16 {
-                acc[i] += x[i] * f32::from_bits(u32::from(y[i]) << 16);
-            }
-        }
-        let mut s: f32 = acc.iter().sum();
-        for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-            s += x * f32::from_bits(u32::from(*y) << 16);
-        }
-        s
+        dot_body(a, b, |y| f32::from_bits(u32::from(y) << 16))
     }
     pub fn axpy_f32(acc: &mut [f32], p: f32, v: &[f32]) {
         axpy_f32_body(acc, p, v)
