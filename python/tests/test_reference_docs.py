@@ -171,6 +171,10 @@ def test_usage_guide(
     ns["inputs"] = fixed  # the profiling snippet's `inputs`
     blocks = snippets("004")
     assert len(blocks) == 5
+    # The page draws its ResNet input with an unseeded np.random.randn: seeded here, so the
+    # f16 program's top-5 is checked on one input every run (a near-tie between the 5th and
+    # 6th logits of a random-weight network failed about one run in many before).
+    np.random.seed(0)
     after = run_page(blocks, ns)
 
     # ResNet-18: the Executor's logits against PyTorch on the same random input
