@@ -1,8 +1,8 @@
 //! Attention for a few query rows over a long KV cache (decode): flash-decoding over the slot
-//! axis. One task per (batch, KV head, block of attended slots) reads each K and V row it
-//! needs once, widened to f32 in a row buffer (no f32 copy of the cache), for all the query
-//! heads that share the KV head (GQA); each task keeps per query row the block's maximum
-//! score, sum of exponentials and unnormalized output, and the blocks merge at the end.
+//! axis. One task per (batch, KV head, query row, block of attended slots) reads each K and V
+//! row it needs once (no f32 copy of the cache) for all the query heads that share the KV head
+//! (GQA), and keeps per head the block's maximum score, sum of exponentials and unnormalized
+//! output; the blocks merge at the end.
 //!
 //! A bf16 cache with unit-stride rows takes the AVX2 blocks of `attention_avx2.rs` (the
 //! heads' partial sums in registers); others widen each row into a buffer and run one dot or
@@ -127,94 +127,83 @@ pub(super) fn decode(
     // Per (batch, KV head, row, block, head of the group): max, sum, D outputs.
     let rec = d + 2;
     let mut part = vec![0f32; b * kvh * s * blocks * group * rec];
-    part.par_chunks_mut(s * blocks * group * rec)
+    // One task per (batch, KV head, query row, block): its group's records.
+    part.par_chunks_mut(group * rec)
         .enumerate()
-        .for_each(|(bk, mine)| {
+        .for_each(|(task, mine)| {
+            let (c, si, bk) = (task % blocks, (task / blocks) % s, task / (blocks * s));
             let (bi, kh) = (bk / kvh, bk % kvh);
             let kbase = bi * k.strides[0] + kh * k.strides[1];
             let vbase = bi * v.strides[0] + kh * v.strides[1];
-            for si in 0..s {
-                // the group's heads share the row's slots (mh == 1)
-                let all = rows.of(bi, 0, si);
-                for c in 0..blocks {
-                    let (t0, t1) = (bounds[bi][c], bounds[bi][c + 1]);
-                    let lo = all.partition_point(|&(ti, _)| (ti as usize) < t0);
-                    let hi = all.partition_point(|&(ti, _)| (ti as usize) < t1);
-                    let slots = &all[lo..hi];
-                    let n = slots.len();
-                    let rec_at = |g: usize| ((si * blocks + c) * group + g) * rec;
-                    with_scratch(1, 2 * group * d + group * n + d, |sc| {
-                        let (qv, rest) = sc.split_at_mut(group * d);
-                        let (acc, rest) = rest.split_at_mut(group * d);
-                        // p[j * group + g]: slot j's score, then probability, for head g
-                        let (p, row) = rest.split_at_mut(group * n);
-                        for g in 0..group {
-                            let hi = kh * group + g;
-                            q.gather(
-                                bi * q.strides[0] + hi * q.strides[1] + si * q.strides[2],
-                                q.strides[3],
-                                &mut qv[g * d..(g + 1) * d],
-                            );
-                        }
-                        if fast {
-                            #[cfg(target_arch = "x86_64")]
-                            // SAFETY: `fast` checked AVX2, bf16 rows with unit stride and d a
-                            // multiple of 8; the listed slots' rows lie in K (view module doc).
-                            unsafe {
-                                let kp = (k.ptr as *const u16).add(kbase);
-                                attention_avx2::scores(
-                                    qv,
-                                    group,
-                                    kp,
-                                    k.strides[2],
-                                    slots,
-                                    scale,
-                                    p,
-                                );
-                            }
-                        } else {
-                            for (j, &(ti, mv)) in slots.iter().enumerate() {
-                                row_f32(k, kbase + ti as usize * k.strides[2], row);
-                                heads_dot(qv, row, scale, mv, &mut p[j * group..(j + 1) * group]);
-                            }
-                        }
-                        for g in 0..group {
-                            let m = (0..n)
-                                .map(|j| p[j * group + g])
-                                .fold(f32::NEG_INFINITY, f32::max);
-                            let mut l = 0.0;
-                            if m > f32::NEG_INFINITY {
-                                for j in 0..n {
-                                    let e = fast_exp(p[j * group + g] - m);
-                                    p[j * group + g] = e;
-                                    l += e;
-                                }
-                            }
-                            let r = rec_at(g);
-                            mine[r] = m;
-                            mine[r + 1] = l;
-                        }
-                        if fast {
-                            #[cfg(target_arch = "x86_64")]
-                            // SAFETY: as the scores, for V.
-                            unsafe {
-                                let vp = (v.ptr as *const u16).add(vbase);
-                                attention_avx2::outputs(p, group, vp, v.strides[2], slots, acc);
-                            }
-                        } else {
-                            acc.fill(0.0);
-                            for (j, &(ti, _)) in slots.iter().enumerate() {
-                                row_f32(v, vbase + ti as usize * v.strides[2], row);
-                                heads_axpy(acc, &p[j * group..(j + 1) * group], row);
-                            }
-                        }
-                        for g in 0..group {
-                            let r = rec_at(g) + 2;
-                            mine[r..r + d].copy_from_slice(&acc[g * d..(g + 1) * d]);
-                        }
-                    });
+            // the group's heads share the row's slots (mh == 1)
+            let all = rows.of(bi, 0, si);
+            let (t0, t1) = (bounds[bi][c], bounds[bi][c + 1]);
+            let lo = all.partition_point(|&(ti, _)| (ti as usize) < t0);
+            let hi = all.partition_point(|&(ti, _)| (ti as usize) < t1);
+            let slots = &all[lo..hi];
+            let n = slots.len();
+            with_scratch(1, 2 * group * d + group * n + d, |sc| {
+                let (qv, rest) = sc.split_at_mut(group * d);
+                let (acc, rest) = rest.split_at_mut(group * d);
+                // p[j * group + g]: slot j's score, then probability, for head g
+                let (p, row) = rest.split_at_mut(group * n);
+                for g in 0..group {
+                    let hi = kh * group + g;
+                    q.gather(
+                        bi * q.strides[0] + hi * q.strides[1] + si * q.strides[2],
+                        q.strides[3],
+                        &mut qv[g * d..(g + 1) * d],
+                    );
                 }
-            }
+                if fast {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `fast` checked AVX2, bf16 rows with unit stride and d a
+                    // multiple of 8; the listed slots' rows lie in K (view module doc).
+                    unsafe {
+                        let kp = (k.ptr as *const u16).add(kbase);
+                        attention_avx2::scores(qv, group, kp, k.strides[2], slots, scale, p);
+                    }
+                } else {
+                    for (j, &(ti, mv)) in slots.iter().enumerate() {
+                        row_f32(k, kbase + ti as usize * k.strides[2], row);
+                        heads_dot(qv, row, scale, mv, &mut p[j * group..(j + 1) * group]);
+                    }
+                }
+                for g in 0..group {
+                    let m = (0..n)
+                        .map(|j| p[j * group + g])
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    let mut l = 0.0;
+                    if m > f32::NEG_INFINITY {
+                        for j in 0..n {
+                            let e = fast_exp(p[j * group + g] - m);
+                            p[j * group + g] = e;
+                            l += e;
+                        }
+                    }
+                    let r = g * rec;
+                    mine[r] = m;
+                    mine[r + 1] = l;
+                }
+                if fast {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as the scores, for V.
+                    unsafe {
+                        let vp = (v.ptr as *const u16).add(vbase);
+                        attention_avx2::outputs(p, group, vp, v.strides[2], slots, acc);
+                    }
+                } else {
+                    acc.fill(0.0);
+                    for (j, &(ti, _)) in slots.iter().enumerate() {
+                        row_f32(v, vbase + ti as usize * v.strides[2], row);
+                        heads_axpy(acc, &p[j * group..(j + 1) * group], row);
+                    }
+                }
+                for g in 0..group {
+                    let r = g * rec + 2;
+                    mine[r..r + d].copy_from_slice(&acc[g * d..(g + 1) * d]);
+                }
+            });
         });
     // Merge each query row's blocks: weights exp(m_c - max) over the blocks with a sum.
     (0..b * h * s).into_par_iter().for_each(|row| {
