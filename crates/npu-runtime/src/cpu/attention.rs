@@ -63,14 +63,14 @@ pub fn attention(
         }
         ranges.push((start, pos.len()));
     }
+    let rows = RowsOf {
+        ranges: &ranges,
+        pos: &pos,
+        mh,
+        s,
+    };
     if mh == 1 && s < GEMM_MIN_ROWS {
         // A few query rows whose heads share their slots (decode): the cache read in place.
-        let rows = RowsOf {
-            ranges: &ranges,
-            pos: &pos,
-            mh,
-            s,
-        };
         super::attention_decode::decode(scale, q, k, v, &needed, &rows, [b, h, kvh, t, d], out);
         return Ok(());
     }
@@ -104,12 +104,6 @@ pub fn attention(
             );
         });
         let (k32, v32) = (&*k32, &*v32);
-        let rows = RowsOf {
-            ranges: &ranges,
-            pos: &pos,
-            mh,
-            s,
-        };
         if s >= GEMM_MIN_ROWS {
             by_gemm(scale, q, k32, v32, &needed, &rows, [b, h, kvh, t, d], out);
             return;
