@@ -20,6 +20,7 @@ const LANES: u32 = 256;
 /// runs were slower); spreading a column over up to 256 lanes, for more workgroups, was
 /// slower than 32.
 const GROUP: u32 = 16;
+const COLS: u32 = LANES / GROUP;
 /// The most 16-byte weight loads a lane issues before using the first (8: a Qwen2.5-1.5B
 /// column of K = 1536 is 12 loads on a lane; 16 or 24 in flight measured no better).
 const MAX_LOADS: usize = 8;
@@ -164,19 +165,17 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Option<Body>, St
     let pitch = if n == 1 { 0 } else { pitch };
     let wj = w.binding;
     let kq = k / per;
-    let group = GROUP;
-    let cols = LANES / group;
-    let loads = (kq / group as usize).clamp(1, MAX_LOADS) as u32;
-    // Load `loads` 16-byte words of the column (vec4 indices `qe`, `qe` + group, ...)
+    let loads = (kq / GROUP as usize).clamp(1, MAX_LOADS) as u32;
+    // Load `loads` 16-byte words of the column (vec4 indices `qe`, `qe` + GROUP, ...)
     // into `u0`.. first, then accumulate each into every row's sum: the loads are all in
     // flight before the first use.
     let batch = |qe: &str, loads: u32| -> String {
         let mut s = String::from("{");
         for l in 0..loads {
-            let _ = write!(s, " let u{l} = wv{wj}(wb + {qe} + {}u);", l * group);
+            let _ = write!(s, " let u{l} = wv{wj}(wb + {qe} + {}u);", l * GROUP);
         }
         for l in 0..loads {
-            let qi = format!("{qe} + {}u", l * group);
+            let qi = format!("{qe} + {}u", l * GROUP);
             let fma: String = (0..m)
                 .map(|i| {
                     if per == 8 {
@@ -212,13 +211,13 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Option<Body>, St
         .collect();
     let _ = writeln!(
         b,
-        "    let col = lane / {group}u; let g = lane % {group}u; let n = t * {cols}u + col;
+        "    let col = lane / {GROUP}u; let g = lane % {GROUP}u; let n = t * {COLS}u + col;
    {decl}
     if (n < {n}u) {{
         let wb = {base}u + n * {pitch}u;
         var q = g;
         for (; q + {}u < {kq}u; q += {}u) {}
-        for (; q < {kq}u; q += {group}u) {}
+        for (; q < {kq}u; q += {GROUP}u) {}
     }}
    {parts}
     workgroupBarrier();
@@ -227,16 +226,16 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Option<Body>, St
         workgroupBarrier();
     }}
     if (g >= {m}u || n >= {n}u) {{ return; }}
-    var p = {} * part[g * {LANES}u + col * {group}u];",
-        (loads - 1) * group,
-        loads * group,
+    var p = {} * part[g * {LANES}u + col * {GROUP}u];",
+        (loads - 1) * GROUP,
+        loads * GROUP,
         batch("q", loads),
         batch("q", 1),
-        group / 2,
+        GROUP / 2,
         lit(f64::from(*alpha)),
     );
     b += &gemm_store(ops, bias, *residual, *beta, *a, o, &at("g", "n"));
-    let mut body = Body::new(b, (n as u64).div_ceil(u64::from(cols)), LANES);
+    let mut body = Body::new(b, (n as u64).div_ceil(u64::from(COLS)), LANES);
     body.vec4 = vec![w.binding];
     if staged {
         let _ = writeln!(globals, "var<workgroup> xs: array<vec4<f32>, {}>;", m * k4);
