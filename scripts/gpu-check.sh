@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU correctness check of the CUDA backend, for the GPU machine: builds nothing there.
 # Here (once per change): scripts/gpu-check.sh --stage   (release build of npu, npu-cuda-check,
-#   npu-cuda-bench and the wgpu conformance test binary into .device/, the pytorch-ir wheel into
+#   npu-cuda-bench, npu-wgpu-bench and the wgpu conformance test binary into .device/, the pytorch-ir wheel into
 #   .whl/ and the Vulkan loader's and GLVND's .debs into .gl/; all ignored via .git/info/exclude and carried
 #   to the device).
 # There: scripts/gpu-check.sh [--bench] [--no-sanitize] [gpu_check args]: installs the wheel, runs
@@ -30,7 +30,6 @@ for line in sys.stdin:
         print(m["executable"])')
     cp "$wgpu_test" .device/npu-wgpu-conformance
     pwd > .device/checkout-path
-    # The Vulkan loader, which the GPU machine lacks (its NVIDIA driver brings the ICD).
     # The Vulkan loader and GLVND, which the GPU machine lacks (NVIDIA's Vulkan ICD lives in
     # libGLX_nvidia, which needs libGLdispatch).
     if ! ls .gl/libglvnd0_*.deb >/dev/null 2>&1; then
