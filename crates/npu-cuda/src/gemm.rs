@@ -100,6 +100,11 @@ pub(crate) enum LtDest {
         bias: Option<TdArg>,
         /// cuBLASLt applies ReLU after the bias (`RELU_BIAS`), before the rounding store.
         relu: bool,
+        /// A residual read as cuBLASLt's C operand, scaled by the f32: D = round(alpha * a @ b +
+        /// beta * residual), one rounding where `k_epilogue`'s residual mode rounds the
+        /// product first (the kernel contract allows either: see `Kernel::Gemm`). It must lie
+        /// exactly as the output does (C and D share one layout).
+        residual: Option<(TdArg, f32)>,
     },
 }
 
@@ -143,16 +148,21 @@ pub(crate) fn plan_lt(
         return Ok(None);
     }
     // D's type, rows and batches, its location, and the bias of a direct output.
-    let (d_type, d_ld, d_batch, d_loc, bias) = match &dest {
+    let (d_type, d_ld, d_batch, d_loc, bias, c) = match &dest {
         LtDest::Scratch { off, ld, batch } => (
             ltsys::cudaDataType::CUDA_R_32F,
             *ld,
             *batch,
             Loc::Scratch(*off),
             None,
+            None,
         ),
         LtDest::Out {
-            out, dtype, bias, ..
+            out,
+            dtype,
+            bias,
+            residual,
+            ..
         } => {
             let (Some(t), Some(bs)) = (lt_type(*dtype), batch_stride(out, nb)) else {
                 return Ok(None);
@@ -169,7 +179,22 @@ pub(crate) fn plan_lt(
             {
                 return Ok(None);
             }
-            (t, ld, bs, out.loc, bias.map(|v| (v.loc, t)))
+            let same_layout = |c: &TdArg| {
+                c.td.dt == out.td.dt
+                    && aligned(c)
+                    && (0..r).all(|i| out.td.sh[i] == 1 || c.td.st[i] == out.td.st[i])
+            };
+            if residual.as_ref().is_some_and(|(c, _)| !same_layout(c)) {
+                return Ok(None);
+            }
+            (
+                t,
+                ld,
+                bs,
+                out.loc,
+                bias.map(|v| (v.loc, t)),
+                residual.map(|(c, beta)| (c.loc, beta)),
+            )
         }
     };
     let handle = dev.lt()?;
@@ -263,7 +288,9 @@ pub(crate) fn plan_lt(
     };
     let epi_code = match (&dest, bias) {
         (LtDest::Scratch { .. }, _) => 0,
-        (LtDest::Out { relu, .. }, b) => 1 + i64::from(*relu) + 2 * i64::from(b.is_some()),
+        (LtDest::Out { relu, .. }, b) => {
+            1 + i64::from(*relu) + 2 * i64::from(b.is_some()) + 4 * i64::from(c.is_some())
+        }
     };
     let key: Vec<i64> = vec![
         m,
@@ -298,17 +325,24 @@ pub(crate) fn plan_lt(
             bias.map_or(0, |(_, t)| elem(t) * n as u64),
         ],
         alpha,
+        beta: c.map_or(0.0, |(_, beta)| beta),
     };
     let algo = crate::lt_tune::choose(dev, key, &problem);
     let mut call = LtCall {
         desc,
         layouts: [l_a, l_b, l_d],
         algo: ltsys::cublasLtMatmulAlgo_t { data: [0; 8] },
-        locs: [b.loc, a.loc, d_loc, bias.map_or(Loc::Null, |b| b.0)],
-        ptrs: [0; 4],
+        locs: [
+            b.loc,
+            a.loc,
+            c.map_or(d_loc, |c| c.0),
+            d_loc,
+            bias.map_or(Loc::Null, |b| b.0),
+        ],
+        ptrs: [0; 5],
         bias: bias.is_some(),
         alpha,
-        beta: 0.0,
+        beta: c.map_or(0.0, |c| c.1),
     };
     match algo? {
         Some(algo) => {

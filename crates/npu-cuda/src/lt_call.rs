@@ -11,14 +11,15 @@ use std::ffi::c_void;
 /// Scratch bytes cuBLASLt may use.
 pub(crate) const LT_WORKSPACE: u64 = 32 << 20;
 
-/// A planned cuBLASLt matmul: D (col-major N x M) = alpha * op(A) op(B) (+ bias).
+/// A planned cuBLASLt matmul: D (col-major N x M) = alpha * op(A) op(B) + beta * C (+ bias);
+/// C lies as D does (it is D itself when beta is 0).
 pub(crate) struct LtCall {
     pub desc: ltsys::cublasLtMatmulDesc_t,
     pub layouts: [ltsys::cublasLtMatrixLayout_t; 3],
     pub algo: ltsys::cublasLtMatmulAlgo_t,
-    /// A, B, D and the bias vector (`Loc::Null` without one).
-    pub locs: [Loc; 4],
-    pub ptrs: [u64; 4],
+    /// A, B, C, D and the bias vector (`Loc::Null` without one).
+    pub locs: [Loc; 5],
+    pub ptrs: [u64; 5],
     /// The descriptor has a bias epilogue, whose pointer is set before each launch.
     pub bias: bool,
     pub alpha: f32,
@@ -45,7 +46,7 @@ impl LtCall {
         if self.bias {
             // The bias pointer lives in the descriptor; cuBLASLt reads it when the matmul is
             // enqueued (or captured into a graph), so setting it per launch is enough.
-            let p = self.ptrs[3];
+            let p = self.ptrs[4];
             // SAFETY: a live descriptor and an 8-byte pointer value.
             unsafe {
                 lt::set_matmul_desc_attribute(
@@ -74,7 +75,7 @@ impl LtCall {
                 self.layouts[1],
                 self.ptrs[2] as *const c_void,
                 self.layouts[2],
-                self.ptrs[2] as *mut c_void,
+                self.ptrs[3] as *mut c_void,
                 self.layouts[2],
                 &self.algo,
                 workspace as *mut c_void,

@@ -35,6 +35,8 @@ pub(crate) struct Problem {
     pub layouts: [ltsys::cublasLtMatrixLayout_t; 3],
     pub bytes: [u64; 4],
     pub alpha: f32,
+    /// The C operand's scale (C is timed as D itself, which has its layout).
+    pub beta: f32,
 }
 
 fn blas(what: &str, s: ltsys::cublasStatus_t) -> CudaError {
@@ -161,7 +163,7 @@ fn fastest(
         }
     }
     let stream = dev.cu_stream();
-    let beta = 0.0f32;
+    let beta = p.beta;
     let launch = |algo: &ltsys::cublasLtMatmulAlgo_t| {
         // SAFETY: buffers of the layouts' sizes, live descriptors.
         unsafe {

@@ -110,8 +110,10 @@ pub enum Kernel {
     /// (bound as [.., m, n] with broadcast strides). Batch dims of a/b are pre-broadcast.
     /// `beta` has no effect when no bias is bound. `residual`: the bias is a residual
     /// stream, added after the product is rounded to the output dtype (PyTorch's
-    /// `r + linear(x)` rounds twice; a linear's own bias is added before the one rounding);
-    /// it needs a bias and no act. `norm`: each row of `a` is first RMS-normalized over K
+    /// `r + linear(x)` rounds twice; a linear's own bias is added before the one rounding),
+    /// or, where a backend's GEMM library adds it itself (cuBLASLt's C operand), before the
+    /// one rounding: the two differ by at most one rounding of the product, and the single
+    /// rounding is the more accurate; it needs a bias and no act. `norm`: each row of `a` is first RMS-normalized over K
     /// with this eps, with the RmsNorm kernel's arithmetic (`round(a * rsqrt(mean(a^2) +
     /// eps)) * w`, rounded to a's dtype), `w` [K] being the last input.
     /// Inputs: a, b, bias?, norm weight? (see [`Kernel::gemm_operands`]).

@@ -197,17 +197,26 @@ impl Planner<'_> {
                 )
                 .map_err(|e| e.to_string())
             };
-            // No activation and at most a plain bias: cuBLASLt writes the output itself (a
-            // residual is added after rounding the product, as PyTorch's two ops do, and
-            // cuBLASLt's ReLU drops NaN, so those keep the epilogue kernel).
+            // No activation (or ReLU where the caller measured cuBLASLt's to keep NaN) and at
+            // most a plain bias or a residual lying as the output does: cuBLASLt writes the
+            // output itself, a residual through its C operand (one rounding: see LtDest).
             let plain_bias = bias_mode == 0 || (bias_mode == 1 && beta == 1.0);
             let relu = lt_relu && act == unary_code(Some(UnaryOp::Relu));
-            if (act < 0 || relu) && plain_bias && biasn.is_none_or(|b| b.td.dt == o.td.dt) {
+            let residual = (bias_mode == 2).then_some(biasn).flatten();
+            let (bias_direct, residual) = match residual {
+                Some(c) => (None, Some((c, beta))),
+                None => (biasn, None),
+            };
+            if (act < 0 || relu)
+                && (plain_bias || residual.is_some())
+                && biasn.is_none_or(|b| b.td.dt == o.td.dt)
+            {
                 let direct = lt(LtDest::Out {
                     out: o,
                     dtype: out_dtype,
-                    bias: biasn,
+                    bias: bias_direct,
                     relu,
+                    residual,
                 })?;
                 if let Some(call) = direct {
                     return Ok(vec![Launch::Lt(Box::new(call))].into());
