@@ -18,14 +18,16 @@ pub type Act = npu_ir::UnaryOp;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum FusedOp {
-    /// conv2d (BN already folded into its weights) with an optional activation.
-    /// Inputs: x, weight, optional bias.
+    /// conv2d (BN already folded into its weights) with an optional activation, and with
+    /// `residual` a tensor of the output's shape added before it (`act(conv + r)`).
+    /// Inputs: x, weight, optional bias, r when `residual`.
     Conv2d {
         stride: [usize; 2],
         padding: [usize; 2],
         dilation: [usize; 2],
         groups: usize,
         act: Option<Act>,
+        residual: bool,
     },
     /// linear with an activation epilogue. Inputs: x, weight, optional bias.
     Linear { act: Act },
@@ -60,8 +62,11 @@ impl Op {
         match self {
             Op::Ir(op) => op.name(),
             Op::Fused(f) => match f {
-                FusedOp::Conv2d { act: Some(a), .. } => format!("conv2d+{}", a.name()),
-                FusedOp::Conv2d { act: None, .. } => "conv2d".into(),
+                FusedOp::Conv2d { act, residual, .. } => format!(
+                    "conv2d{}{}",
+                    if *residual { "+add" } else { "" },
+                    act.map_or(String::new(), |a| format!("+{}", a.name()))
+                ),
                 FusedOp::Linear { act } => format!("linear+{}", act.name()),
                 FusedOp::LinearAdd => "linear+add".into(),
                 FusedOp::NormLinear { .. } => "rms_norm+linear".into(),

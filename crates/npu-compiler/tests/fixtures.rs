@@ -156,22 +156,35 @@ fn resnets_fold_every_bn_and_fuse_relus() {
         let (p, report) = build(rel, &NPU, None);
         assert_eq!(report.bn.folded, convs, "{rel}");
         assert_eq!(report.bn.standalone, 0);
-        assert_eq!(report.fusions["add_relu"], adds);
+        assert_eq!(report.fusions["conv_residual"], adds);
         let t = kernel_totals(&p);
         assert_eq!(t["conv2d"], convs);
         assert_eq!(
-            t["elementwise"], adds,
-            "only the residual add+ReLU remain elementwise"
+            t.get("elementwise"),
+            None,
+            "every residual add+ReLU is in a convolution"
         );
         assert_eq!(t.get("copy"), None, "flatten is a view");
-        // Every conv reads a folded bias.
+        // Every conv reads a folded bias; each block's last adds the residual, then the ReLU.
+        let mut residual = 0;
         for s in p
             .steps
             .iter()
             .filter(|s| matches!(s.kernel, Kernel::Conv2d { .. }))
         {
-            assert_eq!(s.inputs.len(), 3);
+            let Kernel::Conv2d {
+                residual: r, act, ..
+            } = s.kernel
+            else {
+                unreachable!()
+            };
+            assert_eq!(s.inputs.len(), 3 + usize::from(r));
+            if r {
+                assert_eq!(act, Some(npu_ir::UnaryOp::Relu));
+            }
+            residual += usize::from(r);
         }
+        assert_eq!(residual, adds);
     }
 }
 

@@ -123,9 +123,12 @@ pub fn reference(case: &Case) -> Vec<f64> {
             dilation,
             groups,
             act: a,
+            residual,
         } => {
-            let (x, w) = (&ins[0], &ins[1]);
-            let bias = ins.get(2);
+            let (x, w, bias, r) = case
+                .kernel
+                .conv_operands(&ins)
+                .expect("a conv2d case binds 2 to 4 inputs");
             let (h, wd) = (x.shape()[2] as isize, x.shape()[3] as isize);
             let (o, cg, kh, kw) = (w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]);
             let og = o / groups;
@@ -146,7 +149,11 @@ pub fn reference(case: &Case) -> Vec<f64> {
                         }
                     }
                 }
-                act(*a, acc)
+                match r {
+                    // PyTorch's `act(conv(x) + r)` rounds the convolution first.
+                    Some(r) if *residual => act(*a, round(out.dtype, acc) + r.at(i)),
+                    _ => act(*a, acc),
+                }
             });
         }
         Kernel::Pool2d {

@@ -101,15 +101,24 @@ impl CudaExecutable {
         let mut src = crate::elementwise::common_source();
         let mut names: Vec<String> = Vec::new();
         for s in &program.steps {
-            if let Kernel::Elementwise { expr } = &s.kernel {
-                if s.outputs.len() == 1 {
-                    let (code, name) = crate::elementwise::generate(expr, &s.inputs, &s.outputs[0]);
-                    if !names.contains(&name) {
-                        src.push('\n');
-                        src.push_str(&code);
-                        names.push(name);
-                    }
+            let Some(out) = s.outputs.first().filter(|_| s.outputs.len() == 1) else {
+                continue;
+            };
+            // A residual convolution may run as the convolution and then `act(out + r)`
+            // in place (`plan::conv`'s split), so its expression is compiled too.
+            let (expr, ins) = match (&s.kernel, s.kernel.split_residual_conv()) {
+                (Kernel::Elementwise { expr }, _) => (expr.clone(), s.inputs.clone()),
+                (_, Some((_, Kernel::Elementwise { expr }))) => {
+                    let r = s.inputs.last().cloned().into_iter();
+                    (expr, std::iter::once(out.clone()).chain(r).collect())
                 }
+                _ => continue,
+            };
+            let (code, name) = crate::elementwise::generate(&expr, &ins, out);
+            if !names.contains(&name) {
+                src.push('\n');
+                src.push_str(&code);
+                names.push(name);
             }
         }
         let ew = if names.is_empty() {

@@ -33,7 +33,10 @@ impl Kernel {
                 let n = usize::from(norm.is_some());
                 (2 + n, 3 + n)
             }
-            Kernel::Conv2d { .. } => (2, 3),
+            Kernel::Conv2d { residual, .. } => {
+                let n = usize::from(*residual);
+                (2 + n, 3 + n)
+            }
             Kernel::Pool2d { .. } | Kernel::AdaptiveAvgPool2d | Kernel::Reduce { .. } => (1, 1),
             Kernel::Elementwise { .. } => (0, usize::MAX),
             Kernel::Softmax { .. } => (1, 2),
@@ -97,17 +100,30 @@ impl Kernel {
                 dilation,
                 groups,
                 ..
-            } => ConvDims::check(
-                s(0),
-                s(1),
-                ins.get(2).map(|b| b.shape()),
-                out,
-                *stride,
-                *padding,
-                *dilation,
-                *groups,
-            )
-            .map(|_| ()),
+            } => {
+                let (x, w, bias, r) = self
+                    .conv_operands(ins)
+                    .ok_or_else(|| format!("a conv2d with {} inputs", ins.len()))?;
+                ConvDims::check(
+                    x.shape(),
+                    w.shape(),
+                    bias.map(|b| b.shape()),
+                    out,
+                    *stride,
+                    *padding,
+                    *dilation,
+                    *groups,
+                )?;
+                match r {
+                    Some(r) if r.shape() != out || r.dtype() != outs[0].dtype() => Err(format!(
+                        "residual {:?} {} is not the output's {out:?} {}",
+                        r.shape(),
+                        r.dtype(),
+                        outs[0].dtype()
+                    )),
+                    _ => Ok(()),
+                }
+            }
             Kernel::Pool2d {
                 kernel,
                 stride,

@@ -13,7 +13,8 @@ use std::path::Path;
 
 pub const MAGIC: &[u8; 8] = b"NPUBIN\0\0";
 /// 2: `Kernel::Gemm` gained `residual`, `Recipe::Concat` was added.
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: `Kernel::Conv2d` gained `residual`.
+pub const FORMAT_VERSION: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NpubinError {

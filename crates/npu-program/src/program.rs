@@ -17,7 +17,7 @@
 //! - arena buffers of values with disjoint lifetimes may share bytes: nothing survives a run
 //!   in the arena.
 
-use crate::expr::Expr;
+use crate::expr::{Expr, Instr};
 use npu_ir::{DType, UnaryOp};
 use serde::{Deserialize, Serialize};
 
@@ -124,13 +124,19 @@ pub enum Kernel {
         residual: bool,
         norm: Option<f32>,
     },
-    /// NCHW convolution. Inputs: x [N,C,H,W], w [O,C/g,kh,kw], optional bias [O].
+    /// NCHW convolution. Inputs: x [N,C,H,W], w [O,C/g,kh,kw], optional bias [O], and with
+    /// `residual` last a tensor r of the output's shape and dtype: out = act(r +
+    /// round(conv + bias)), rounded (PyTorch's `relu(conv(x) + r)` rounds the convolution
+    /// first), or, where a backend's GEMM library adds r itself, with the one rounding after
+    /// the sum (the more accurate; see [`Kernel::Gemm`]). Without `residual`, out =
+    /// act(conv + bias), rounded.
     Conv2d {
         stride: [usize; 2],
         padding: [usize; 2],
         dilation: [usize; 2],
         groups: usize,
         act: Option<UnaryOp>,
+        residual: bool,
     },
     /// NCHW pooling. Input x; output [N,C,OH,OW].
     Pool2d {
@@ -196,6 +202,62 @@ impl Kernel {
         let nw = norm.map(|_| &ins[ins.len() - 1]);
         let bias = (ins.len() - n_norm == 3).then(|| &ins[2]);
         Some((&ins[0], &ins[1], bias, nw))
+    }
+
+    /// A convolution's operands `(x, w, bias, residual)` from its inputs (the residual is
+    /// last when the kernel has `residual`), or `None` for another kernel or a wrong count.
+    pub fn conv_operands<'b, B>(
+        &self,
+        ins: &'b [B],
+    ) -> Option<(&'b B, &'b B, Option<&'b B>, Option<&'b B>)> {
+        let Kernel::Conv2d { residual, .. } = self else {
+            return None;
+        };
+        let n_res = usize::from(*residual);
+        if ins.len() < 2 + n_res || ins.len() > 3 + n_res {
+            return None;
+        }
+        let r = residual.then(|| &ins[ins.len() - 1]);
+        let bias = (ins.len() - n_res == 3).then(|| &ins[2]);
+        Some((&ins[0], &ins[1], bias, r))
+    }
+
+    /// A residual convolution as the two steps it stands for, for a backend without a fused
+    /// path: the convolution alone (no residual, no activation), then `act(out + r)` in
+    /// place, as an elementwise step whose inputs are (the output, r) and whose output is the
+    /// output. Rounds as the contract's first form. `None` for any other kernel.
+    pub fn split_residual_conv(&self) -> Option<(Kernel, Kernel)> {
+        let Kernel::Conv2d {
+            stride,
+            padding,
+            dilation,
+            groups,
+            act,
+            residual: true,
+        } = *self
+        else {
+            return None;
+        };
+        let conv = Kernel::Conv2d {
+            stride,
+            padding,
+            dilation,
+            groups,
+            act: None,
+            residual: false,
+        };
+        let mut code = vec![
+            Instr::Load(0),
+            Instr::Load(1),
+            Instr::Binary(npu_ir::BinaryOp::Add),
+        ];
+        code.extend(act.map(Instr::Unary));
+        Some((
+            conv,
+            Kernel::Elementwise {
+                expr: Expr { code },
+            },
+        ))
     }
 
     /// Kind name used by `describe` totals.

@@ -1,5 +1,6 @@
-//! Epilogues folded into the producer: conv2d+act (conv+BN+ReLU once BN is folded),
-//! linear+act, and a residual add into a bias-free linear (the GEMM's bias term).
+//! Epilogues folded into the producer: conv2d+act (conv+BN+ReLU once BN is folded), a
+//! residual add (and the activation after it) into a conv2d, linear+act, and a residual add
+//! into a bias-free linear (the GEMM's bias term).
 
 use super::{Cx, Match};
 use crate::graph::{FusedOp, Op};
@@ -30,6 +31,7 @@ pub fn match_conv_act(cx: &Cx, n: usize) -> Option<Match> {
             dilation,
             groups,
             act: Some(act),
+            residual: false,
         },
         Op::Fused(FusedOp::Conv2d {
             stride,
@@ -37,12 +39,14 @@ pub fn match_conv_act(cx: &Cx, n: usize) -> Option<Match> {
             dilation,
             groups,
             act: None,
+            residual: false,
         }) => FusedOp::Conv2d {
             stride,
             padding,
             dilation,
             groups,
             act: Some(act),
+            residual: false,
         },
         _ => return None,
     };
@@ -52,6 +56,87 @@ pub fn match_conv_act(cx: &Cx, n: usize) -> Option<Match> {
         op,
         inputs: conv.inputs.clone(),
     })
+}
+
+/// `act(add(conv(x), r))` or `add(conv(x), r)` (either operand order, alpha 1) with a
+/// convolution without activation used only here and `r` of the output's shape and dtype:
+/// the convolution adds `r` (ResNet's bottleneck end, MobileNetV2's projection). An add whose
+/// only reader is an epilogue activation is left for that activation's match.
+pub fn match_conv_residual(cx: &Cx, n: usize) -> Option<Match> {
+    let root = cx.node(n);
+    let (act, add_node, add_id) = match root.op {
+        Op::Ir(IrOp::Unary(act)) if act.is_epilogue_act() => {
+            let v = root.inputs[0];
+            if !cx.uses.single_use(v) {
+                return None;
+            }
+            let (a, add) = cx.uses.producer(cx.g, v)?;
+            (Some(act), add, Some(a))
+        }
+        Op::Ir(IrOp::Binary { .. }) => {
+            let users = &cx.uses.users[root.outputs[0].idx()];
+            let feeds_act = users.len() == 1
+                && matches!(cx.node(users[0]).op, Op::Ir(IrOp::Unary(a)) if a.is_epilogue_act());
+            if feeds_act {
+                return None;
+            }
+            (None, root, None)
+        }
+        _ => return None,
+    };
+    let Op::Ir(IrOp::Binary {
+        op: npu_ir::BinaryOp::Add,
+        alpha,
+    }) = add_node.op
+    else {
+        return None;
+    };
+    if alpha != 1.0 || add_node.inputs.len() != 2 {
+        return None;
+    }
+    let out = cx.g.ty(add_node.outputs[0]);
+    for (ci, ri) in [(0, 1), (1, 0)] {
+        let (c, r) = (add_node.inputs[ci], add_node.inputs[ri]);
+        if c == r || !cx.uses.single_use(c) || cx.g.ty(c) != out || cx.g.ty(r) != out {
+            continue;
+        }
+        let Some((conv_id, conv)) = cx.uses.producer(cx.g, c) else {
+            continue;
+        };
+        let (stride, padding, dilation, groups) = match conv.op {
+            Op::Ir(IrOp::Conv2d {
+                stride,
+                padding,
+                dilation,
+                groups,
+            })
+            | Op::Fused(FusedOp::Conv2d {
+                stride,
+                padding,
+                dilation,
+                groups,
+                act: None,
+                residual: false,
+            }) => (stride, padding, dilation, groups),
+            _ => continue,
+        };
+        let mut inputs = conv.inputs.clone();
+        inputs.push(r);
+        return Some(Match {
+            root: n,
+            absorbed: add_id.into_iter().chain([conv_id]).collect(),
+            op: FusedOp::Conv2d {
+                stride,
+                padding,
+                dilation,
+                groups,
+                act,
+                residual: true,
+            },
+            inputs,
+        });
+    }
+    None
 }
 
 /// Not for SiLU feeding a multiply: that pair fuses into one `silu(gate) * up` kernel.

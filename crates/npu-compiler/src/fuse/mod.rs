@@ -29,11 +29,12 @@ pub struct Match {
 type Matcher = fn(&Cx, usize) -> Option<Match>;
 
 /// Patterns in priority order, by name.
-const PATTERNS: [(&str, Matcher); 8] = [
+const PATTERNS: [(&str, Matcher); 9] = [
     ("attention", attention::match_attention),
     ("rms_norm", rmsnorm::match_rmsnorm),
     ("rope", rope::match_rope),
     ("conv_act", epilogue::match_conv_act),
+    ("conv_residual", epilogue::match_conv_residual),
     ("linear_act", epilogue::match_linear_act),
     ("linear_residual", epilogue::match_linear_residual),
     ("norm_linear", epilogue::match_norm_linear),

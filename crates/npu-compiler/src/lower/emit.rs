@@ -219,6 +219,7 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
                     dilation: *dilation,
                     groups: *groups,
                     act: None,
+                    residual: false,
                 },
             )?,
             IrOp::MaxPool2d(p) => {
@@ -384,6 +385,7 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
                 dilation,
                 groups,
                 act,
+                residual,
             } => emit_conv(
                 lw,
                 node,
@@ -393,6 +395,7 @@ pub(crate) fn emit_node(lw: &mut Lowerer, node: &CNode) -> Result<(), CompileErr
                     dilation: *dilation,
                     groups: *groups,
                     act: *act,
+                    residual: *residual,
                 },
             )?,
             FusedOp::Linear { act } => emit_linear(lw, node, Some(*act))?,

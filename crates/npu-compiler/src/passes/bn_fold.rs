@@ -77,7 +77,12 @@ pub fn fold_batch_norms(m: &mut Module) -> Result<BnStats, CompileError> {
         let conv = uses.producer(&m.graph, p.x).filter(|(_, c)| {
             let is_conv = matches!(
                 c.op,
-                Op::Ir(IrOp::Conv2d { .. }) | Op::Fused(FusedOp::Conv2d { act: None, .. })
+                Op::Ir(IrOp::Conv2d { .. })
+                    | Op::Fused(FusedOp::Conv2d {
+                        act: None,
+                        residual: false,
+                        ..
+                    })
             );
             is_conv
                 && uses.single_use(p.x)

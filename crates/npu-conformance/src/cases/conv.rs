@@ -12,6 +12,19 @@ fn conv(s: usize, p: usize, d: usize, groups: usize, act: Option<UnaryOp>) -> Ke
         dilation: [d, d],
         groups,
         act,
+        residual: false,
+    }
+}
+
+/// [`conv`] adding a residual (the last input) before the activation.
+fn conv_res(s: usize, p: usize, groups: usize, act: Option<UnaryOp>) -> Kernel {
+    Kernel::Conv2d {
+        stride: [s, s],
+        padding: [p, p],
+        dilation: [1, 1],
+        groups,
+        act,
+        residual: true,
     }
 }
 
@@ -86,6 +99,7 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
                 dilation: [2, 2],
                 groups: 8,
                 act: None,
+                residual: false,
             },
         )
         .input(rng, &[1, 8, 9, 10], BF16)
@@ -257,6 +271,65 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             );
         }
     }
+    // A residual added before the activation (ResNet's bottleneck end, MobileNetV2's
+    // projection): channels-last 1x1 (cuBLASLt's C operand on CUDA), 3x3 without an
+    // activation, a residual stored unlike the output (a split pass), NCHW im2col, depthwise.
+    for (name, (n, c, h, wd, o, k, p, g), dt, act) in [
+        ("1x1", (2, 32, 5, 7, 48, 1, 0, 1), F16, Some(UnaryOp::Relu)),
+        ("3x3", (1, 16, 6, 5, 24, 3, 1, 1), BF16, None),
+        (
+            "1x1 f32",
+            (2, 8, 4, 3, 16, 1, 0, 1),
+            F32,
+            Some(UnaryOp::Relu),
+        ),
+    ] {
+        v.push(
+            Case::new(
+                format!("conv {dt} channels-last {name} {n}x{c}x{h}x{wd} -> {o} + residual"),
+                conv_res(1, p, g, act),
+            )
+            .nhwc_input(rng, [n, c, h, wd], dt, c)
+            .input(rng, &[o, c / g, k, k], dt)
+            .input(rng, &[o], dt)
+            .nhwc_input(rng, [n, o, h, wd], dt, o)
+            .nhwc_output([n, o, h, wd], dt, o),
+        );
+    }
+    v.push(
+        Case::new(
+            "conv f16 channels-last 1x1 + residual stored NCHW, relu",
+            conv_res(1, 0, 1, Some(UnaryOp::Relu)),
+        )
+        .nhwc_input(rng, [2, 16, 4, 5], F16, 16)
+        .input(rng, &[24, 16, 1, 1], F16)
+        .input(rng, &[24], F16)
+        .input(rng, &[2, 24, 4, 5], F16)
+        .nhwc_output([2, 24, 4, 5], F16, 24),
+    );
+    for dt in [F32, F16] {
+        v.push(
+            Case::new(
+                format!("conv {dt} 2x6x9x8 k3 p1 -> 10 bias + residual relu (im2col)"),
+                conv_res(1, 1, 1, Some(UnaryOp::Relu)),
+            )
+            .input(rng, &[2, 6, 9, 8], dt)
+            .input(rng, &[10, 6, 3, 3], dt)
+            .input(rng, &[10], dt)
+            .input(rng, &[2, 10, 9, 8], dt)
+            .output(&[2, 10, 9, 8], dt),
+        );
+    }
+    v.push(
+        Case::new(
+            "conv f32 depthwise 1x12x7x7 k3 p1 + residual, no bias",
+            conv_res(1, 1, 12, None),
+        )
+        .input(rng, &[1, 12, 7, 7], F32)
+        .input(rng, &[12, 1, 3, 3], F32)
+        .input(rng, &[1, 12, 7, 7], F32)
+        .output(&[1, 12, 7, 7], F32),
+    );
     v.push(
         Case::new(
             "conv bf16 3x64x7x7 1x1 -> 40 (padded channels out)",

@@ -3,11 +3,12 @@
 
 use super::{align, grid2d, kl, Planner, StepPlan, SCRATCH0};
 use crate::gemm::{plan_lt, LtDest};
+use crate::launch::unary_code;
 use crate::launch::{dtype_code, grid_for, Arg, Launch, TdArg};
 use crate::loc::Loc;
 use crate::lt_call::LtCall;
 use npu_ir::{DType, UnaryOp};
-use npu_program::program::{Binding, ConvDims};
+use npu_program::program::{Binding, ConvDims, Kernel};
 
 /// Grouped convolutions whose group reduces over at most this many taps (cg x kh x kw) run as
 /// one direct kernel; larger groups amortize im2col + a tensor-core GEMM per group.
@@ -22,6 +23,7 @@ impl ConvP {
     }
 }
 
+#[derive(Clone, Copy)]
 pub(crate) struct ConvP {
     pub stride: [usize; 2],
     pub padding: [usize; 2],
@@ -33,6 +35,49 @@ pub(crate) struct ConvP {
 }
 
 impl Planner<'_> {
+    /// A convolution adding a residual `r` before its activation: the channels-last GEMM
+    /// with `r` as cuBLASLt's C operand where that fits (see `conv_channels_last`), else
+    /// the convolution alone and then `act(out + r)` in place (`Kernel::split_residual_conv`:
+    /// the generated elementwise kernel that `executable.rs` compiles for every residual
+    /// convolution).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn conv_residual(
+        &self,
+        kernel: &Kernel,
+        p: &ConvP,
+        x: &Binding,
+        w: &Binding,
+        bias: Option<&Binding>,
+        r: &Binding,
+        out: &Binding,
+    ) -> Result<StepPlan, String> {
+        let dims = ConvDims::check(
+            &x.shape,
+            &w.shape,
+            bias.map(|b| b.shape.as_slice()),
+            &out.shape,
+            p.stride,
+            p.padding,
+            p.dilation,
+            p.groups,
+        )?;
+        if let Some(plan) = self.conv_channels_last(p, &dims, x, w, bias, Some(r), out)? {
+            return Ok(plan);
+        }
+        let Some((_, Kernel::Elementwise { expr })) = kernel.split_residual_conv() else {
+            return Err("not a residual convolution".into());
+        };
+        let alone = ConvP {
+            act: unary_code(None),
+            act_op: None,
+            ..*p
+        };
+        let mut plan = self.conv(&alone, x, w, bias, out)?;
+        plan.launches
+            .extend(self.elementwise(&expr, &[out.clone(), r.clone()], out)?);
+        Ok(plan)
+    }
+
     pub(super) fn conv(
         &self,
         p: &ConvP,
@@ -69,7 +114,7 @@ impl Planner<'_> {
         if g > 1 && kc <= DIRECT_CONV_MAX_TAPS {
             return Ok(self.conv_direct(p, x, w, bias, out, n * o * oh * ow));
         }
-        if let Some(plan) = self.conv_channels_last(p, &dims, x, w, bias, out)? {
+        if let Some(plan) = self.conv_channels_last(p, &dims, x, w, bias, None, out)? {
             return Ok(plan);
         }
         let cols = n * oh * ow;

@@ -50,6 +50,7 @@ impl Planner<'_> {
         x: &Binding,
         w: &Binding,
         bias: Option<&Binding>,
+        residual: Option<&Binding>,
         out: &Binding,
     ) -> Result<Option<StepPlan>, String> {
         let dt = w.dtype;
@@ -142,7 +143,7 @@ impl Planner<'_> {
         });
         // A single output pixel (squeeze-excitation's 1x1 convolutions): the GEMV kernels.
         let GemvPath { gemv, vec, raw16 } = gemv_path(&bn, dt, dt, m, kp, 1);
-        let plan = self.gemm_paths(GemmPaths {
+        let g = GemmPaths {
             alpha: 1.0,
             beta: 1.0,
             act: gemm_act,
@@ -164,7 +165,28 @@ impl Planner<'_> {
             out_numel: m * o,
             out_dtype: dt,
             lt_relu: true,
-        })?;
+        };
+        let scratch = d_bytes + align(col_bytes) + align(w_bytes);
+        if let Some(r) = residual {
+            // The residual as cuBLASLt's C operand (lying as the output does, so C and D
+            // share a layout), ReLU after the sum in its epilogue; any other activation, or a
+            // GEMM that cuBLASLt does not write directly, leaves it to the caller's split.
+            let fits = !in_place
+                && !gemv
+                && matches!(p.act_op, None | Some(UnaryOp::Relu))
+                && r.dtype == dt
+                && pixel_rows(r) == Some(os);
+            let c = TdArg::of(r).laid_out(&[m as i64, o as i64], &[os as i64, 1]);
+            return Ok(match fits.then(|| self.lt_direct(&g, Some((c, 1.0)))) {
+                Some(Ok(Some(call))) => {
+                    launches.push(call);
+                    Some(StepPlan { launches, scratch })
+                }
+                Some(Err(e)) => return Err(e),
+                _ => None,
+            });
+        }
+        let plan = self.gemm_paths(g)?;
         launches.extend(plan.launches);
         if in_place {
             let rows8 = m * o / 8;
@@ -185,7 +207,7 @@ impl Planner<'_> {
         }
         Ok(Some(StepPlan {
             launches,
-            scratch: (d_bytes + align(col_bytes) + align(w_bytes)).max(plan.scratch),
+            scratch: scratch.max(plan.scratch),
         }))
     }
 }

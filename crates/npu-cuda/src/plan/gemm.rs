@@ -127,8 +127,7 @@ impl Planner<'_> {
             vec,
             raw16,
             out_numel,
-            out_dtype,
-            lt_relu,
+            ..
         } = g;
         let null = TdArg::null();
         if gemv {
@@ -197,30 +196,20 @@ impl Planner<'_> {
                 )
                 .map_err(|e| e.to_string())
             };
-            // No activation (or ReLU where the caller measured cuBLASLt's to keep NaN) and at
-            // most a plain bias or a residual lying as the output does: cuBLASLt writes the
-            // output itself, a residual through its C operand (one rounding: see LtDest).
-            let plain_bias = bias_mode == 0 || (bias_mode == 1 && beta == 1.0);
-            let relu = lt_relu && act == unary_code(Some(UnaryOp::Relu));
-            let residual = (bias_mode == 2).then_some(biasn).flatten();
-            let (bias_direct, residual) = match residual {
-                Some(c) => (None, Some((c, beta))),
-                None => (biasn, None),
+            // cuBLASLt writes the output itself where it can; a residual lying as the output
+            // does goes in as its C operand (one rounding: see LtDest).
+            let direct = if bias_mode == 2 {
+                let plain = GemmPaths {
+                    bias_mode: 0,
+                    biasn: None,
+                    ..g
+                };
+                biasn.map_or(Ok(None), |c| self.lt_direct(&plain, Some((c, beta))))?
+            } else {
+                self.lt_direct(&g, None)?
             };
-            if (act < 0 || relu)
-                && (plain_bias || residual.is_some())
-                && biasn.is_none_or(|b| b.td.dt == o.td.dt)
-            {
-                let direct = lt(LtDest::Out {
-                    out: o,
-                    dtype: out_dtype,
-                    bias: bias_direct,
-                    relu,
-                    residual,
-                })?;
-                if let Some(call) = direct {
-                    return Ok(vec![Launch::Lt(Box::new(call))].into());
-                }
+            if let Some(call) = direct {
+                return Ok(vec![call].into());
             }
             let d_off = SCRATCH0;
             let lt = lt(LtDest::Scratch {
@@ -261,6 +250,48 @@ impl Planner<'_> {
             )],
             scratch: 0,
         })
+    }
+
+    /// cuBLASLt writing the output itself, in its dtype: no activation (or ReLU where
+    /// `lt_relu`), at most a plain bias vector, and with `c` a residual added as the C
+    /// operand (scaled by its f32). `None` when the GEMM does not fit that (the caller plans
+    /// another path).
+    pub(super) fn lt_direct(
+        &self,
+        g: &GemmPaths,
+        c: Option<(TdArg, f32)>,
+    ) -> Result<Option<Launch>, String> {
+        let plain_bias = g.bias_mode == 0 || (g.bias_mode == 1 && g.beta == 1.0);
+        let relu = g.lt_relu && g.act == unary_code(Some(UnaryOp::Relu));
+        if g.gemv
+            || g.m * g.n * g.k < 32 * 32 * 32
+            || !(g.act < 0 || relu)
+            || !plain_bias
+            || g.biasn.is_some_and(|b| b.td.dt != g.o.td.dt)
+        {
+            return Ok(None);
+        }
+        let call = plan_lt(
+            self.dev,
+            &g.an,
+            &g.bn,
+            g.a_dtype,
+            g.b_dtype,
+            g.m as i64,
+            g.n as i64,
+            g.k as i64,
+            g.batches as i64,
+            g.alpha,
+            LtDest::Out {
+                out: g.o,
+                dtype: g.out_dtype,
+                bias: g.biasn,
+                relu,
+                residual: c,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(call.map(|c| Launch::Lt(Box::new(c))))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -335,6 +366,7 @@ pub(super) fn gemv_path(
 }
 
 /// A GEMM's bound operands and the path facts `gemm` decided (see `gemm_paths`).
+#[derive(Clone, Copy)]
 pub(super) struct GemmPaths {
     pub alpha: f32,
     pub beta: f32,

@@ -140,6 +140,7 @@ impl Planner<'_> {
                 dilation,
                 groups,
                 act,
+                ..
             } => {
                 let p = ConvP {
                     stride: *stride,
@@ -149,7 +150,14 @@ impl Planner<'_> {
                     act: unary_code(*act),
                     act_op: *act,
                 };
-                self.conv(&p, &ins[0], &ins[1], ins.get(2), out)
+                let (x, w, bias, r) = step
+                    .kernel
+                    .conv_operands(ins)
+                    .ok_or_else(|| format!("a conv2d with {} inputs", ins.len()))?;
+                match r {
+                    Some(r) => self.conv_residual(&step.kernel, &p, x, w, bias, r, out),
+                    None => self.conv(&p, x, w, bias, out),
+                }
             }
             Kernel::Pool2d {
                 kind,

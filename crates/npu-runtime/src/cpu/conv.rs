@@ -24,7 +24,8 @@ pub struct ConvParams {
 }
 
 impl ConvParams {
-    /// A `Kernel::Conv2d`'s parameters (None for any other kernel).
+    /// A `Kernel::Conv2d`'s parameters (None for any other kernel). A residual convolution
+    /// runs as the two steps of `Kernel::split_residual_conv`: take the first's parameters.
     pub fn of(kernel: &Kernel) -> Option<ConvParams> {
         let Kernel::Conv2d {
             stride,
@@ -32,6 +33,7 @@ impl ConvParams {
             dilation,
             groups,
             act,
+            ..
         } = kernel
         else {
             return None;

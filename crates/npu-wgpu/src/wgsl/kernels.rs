@@ -313,6 +313,7 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Body, String> {
             dilation,
             groups,
             act: a,
+            residual,
         } => {
             let (x, w) = (&ops[0], &ops[1]);
             let (h, wd) = (x.shape[2], x.shape[3]);
@@ -344,8 +345,18 @@ pub fn body(step: &Step, ops: &[Operand], caps: Caps) -> Result<Body, String> {
                 p0 = padding[0],
                 p1 = padding[1],
             );
-            if n_in == 3 {
+            if n_in == 3 + usize::from(*residual) {
                 let _ = writeln!(b, "    acc += ld2({});", offset(&ops[2], &["i1".into()]));
+            }
+            if *residual {
+                // The convolution rounds first, as PyTorch's two ops do.
+                let r = n_in - 1;
+                let _ = writeln!(
+                    b,
+                    "    acc = {} + ld{r}({});",
+                    round_to(out.dtype, "acc"),
+                    offset(&ops[r], &names("i", 4))
+                );
             }
             let _ = writeln!(
                 b,
