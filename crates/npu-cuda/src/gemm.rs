@@ -102,8 +102,8 @@ pub(crate) enum LtDest {
         relu: bool,
         /// A residual read as cuBLASLt's C operand, scaled by the f32: D = round(alpha * a @ b +
         /// beta * residual), one rounding where `k_epilogue`'s residual mode rounds the
-        /// product first (the kernel contract allows either: see `Kernel::Gemm`). It must lie
-        /// exactly as the output does (C and D share one layout).
+        /// product first (`Kernel::Conv2d`'s contract allows either; `Kernel::Gemm`'s does
+        /// not). It must lie exactly as the output does (C and D share one layout).
         residual: Option<(TdArg, f32)>,
     },
 }
