@@ -180,6 +180,9 @@ def qwen_rows(
             "value": min(tops),
             "limit": ">= 4",
             "ok": min(tops) >= 4,
+            # step 0 is the prefill; the per-step values show whether a miss is one near tie
+            "per_step": tops,
+            "per_step_r": rs,
         },
         {
             "check": name,
