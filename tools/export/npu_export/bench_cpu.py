@@ -7,7 +7,7 @@ prefill and greedy decode) when ``--qwen-dir`` points at a full export
 the bandwidth the decode step achieves reading the weights.
 
     python -m npu_export.bench_cpu [--npu target/release/npu] [--work DIR] [--qwen-dir DIR]
-        [--repeat N] [--tokens N] [--json benchmarks/results/cpu.json]
+        [--repeat N] [--rounds N] [--tokens N] [--json benchmarks/results/cpu.json]
 """
 
 from __future__ import annotations
@@ -99,10 +99,13 @@ def _vision_net(model: str, d: Path) -> torch.nn.Module:
     return net
 
 
-def bench_vision(npu: str, work: Path, model: str, repeat: int) -> dict[str, Any]:
+def bench_vision(npu: str, work: Path, model: str, repeat: int, rounds: int) -> dict[str, Any]:
     """A vision model at batch 1 in f32: ResNets from the export CLI, the models of
     ``gpu_bench.EXTRA_VISION`` (MobileNetV2, EfficientNet-B0 w0.75, a small ConvNeXt, a
-    ViT-B/16-shaped transformer of 4 layers)."""
+    ViT-B/16-shaped transformer of 4 layers). ``rounds`` alternations of ``npu run --repeat``
+    and the PyTorch loop, each a median over ``repeat`` runs: on a shared machine whose speed
+    drifts within a minute, both sides then see the same drift; the ratio is the median of the
+    rounds' ratios."""
     from safetensors.torch import load_file
 
     from .gpu_bench import EXTRA_VISION, export_extra
@@ -114,33 +117,38 @@ def bench_vision(npu: str, work: Path, model: str, repeat: int) -> dict[str, Any
         ensure_export(model, d, [])
     prog = d / "f32.npubin"
     sh([npu, "compile", str(d / "model.ir.json"), "-o", str(prog), "--target", "cpu", "--dtype", "f32"])
-    out = sh(
-        [
-            npu,
-            "run",
-            str(prog),
-            "--weights",
-            str(d / "weights.safetensors"),
-            "--inputs",
-            str(d / "io.safetensors"),
-            "--repeat",
-            str(repeat),
-        ]
-    )
-    m = re.search(r"median ([0-9.]+) ms", out)
-    assert m, out
-    ours = float(m.group(1))
     net = _vision_net(model, d)
     x = next(v for k, v in load_file(str(d / "io.safetensors")).items() if k.startswith("input."))
-    with torch.inference_mode():
-        theirs = median_ms(lambda: net(x), repeat)
+    ours_r: list[float] = []
+    theirs_r: list[float] = []
+    for _ in range(max(1, rounds)):
+        out = sh(
+            [
+                npu,
+                "run",
+                str(prog),
+                "--weights",
+                str(d / "weights.safetensors"),
+                "--inputs",
+                str(d / "io.safetensors"),
+                "--repeat",
+                str(repeat),
+            ]
+        )
+        m = re.search(r"median ([0-9.]+) ms", out)
+        assert m, out
+        ours_r.append(float(m.group(1)))
+        with torch.inference_mode():
+            theirs_r.append(median_ms(lambda: net(x), repeat))
     return {
         "model": model,
         "batch": 1,
         "dtype": "float32",
-        "npu_ms": ours,
-        "pytorch_ms": theirs,
-        "ratio": ours / theirs,
+        "npu_ms": statistics.median(ours_r),
+        "pytorch_ms": statistics.median(theirs_r),
+        "ratio": statistics.median(o / t for o, t in zip(ours_r, theirs_r, strict=True)),
+        "rounds_npu_ms": ours_r,
+        "rounds_pytorch_ms": theirs_r,
     }
 
 
@@ -219,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--npu", default="target/release/npu")
     p.add_argument("--work", type=Path, default=Path("/tmp/npu-bench"))
     p.add_argument("--qwen-dir", type=Path, default=None)
-    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--repeat", type=int, default=10, help="runs per round (median)")
+    p.add_argument("--rounds", type=int, default=3, help="npu/PyTorch alternations per vision model")
     p.add_argument("--qwen-repeat", type=int, default=3)
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/cpu.json"))
@@ -243,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
         },
         "copy_bandwidth_gbs": copy_bandwidth_gbs(),
-        "vision": [bench_vision(a.npu, a.work, m, a.repeat) for m in models],
+        "vision": [bench_vision(a.npu, a.work, m, a.repeat, a.rounds) for m in models],
     }
     print(f"{cpu} ({' '.join(flags)}); threads {threads}")
     print(f"copy bandwidth (read + write) {result['copy_bandwidth_gbs']:.1f} GB/s")

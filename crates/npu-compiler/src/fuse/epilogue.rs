@@ -3,7 +3,7 @@
 //! into a bias-free linear (the GEMM's bias term).
 
 use super::{Cx, Match};
-use crate::graph::{FusedOp, Op};
+use crate::graph::{CNode, FusedOp, Op};
 use npu_ir::Op as IrOp;
 
 pub fn match_conv_act(cx: &Cx, n: usize) -> Option<Match> {
@@ -58,6 +58,17 @@ pub fn match_conv_act(cx: &Cx, n: usize) -> Option<Match> {
     })
 }
 
+/// `a + b` with alpha 1: the add a residual fold can absorb.
+fn is_plain_add(node: &CNode) -> bool {
+    matches!(
+        node.op,
+        Op::Ir(IrOp::Binary {
+            op: npu_ir::BinaryOp::Add,
+            alpha,
+        }) if alpha == 1.0
+    ) && node.inputs.len() == 2
+}
+
 /// `act(add(conv(x), r))` or `add(conv(x), r)` (either operand order, alpha 1) with a
 /// convolution without activation used only here and `r` of the output's shape and dtype:
 /// the convolution adds `r` (ResNet's bottleneck end, MobileNetV2's projection). An add whose
@@ -84,14 +95,7 @@ pub fn match_conv_residual(cx: &Cx, n: usize) -> Option<Match> {
         }
         _ => return None,
     };
-    let Op::Ir(IrOp::Binary {
-        op: npu_ir::BinaryOp::Add,
-        alpha,
-    }) = add_node.op
-    else {
-        return None;
-    };
-    if alpha != 1.0 || add_node.inputs.len() != 2 {
+    if !is_plain_add(add_node) {
         return None;
     }
     let out = cx.g.ty(add_node.outputs[0]);
@@ -177,14 +181,7 @@ pub fn match_linear_act(cx: &Cx, n: usize) -> Option<Match> {
 /// here and `r` of the output's shape and dtype: the GEMM adds `r` as its bias (beta 1).
 pub fn match_linear_residual(cx: &Cx, n: usize) -> Option<Match> {
     let root = cx.node(n);
-    let Op::Ir(IrOp::Binary {
-        op: npu_ir::BinaryOp::Add,
-        alpha,
-    }) = root.op
-    else {
-        return None;
-    };
-    if alpha != 1.0 || root.inputs.len() != 2 {
+    if !is_plain_add(root) {
         return None;
     }
     let out = cx.g.ty(root.outputs[0]);

@@ -15,6 +15,26 @@ use npu_program::program::{Binding, ConvDims, Kernel};
 const DIRECT_CONV_MAX_TAPS: usize = 1024;
 
 impl ConvP {
+    /// The convolution's dimensions, its operand shapes checked against the contract.
+    pub fn dims(
+        &self,
+        x: &Binding,
+        w: &Binding,
+        bias: Option<&Binding>,
+        out: &Binding,
+    ) -> Result<ConvDims, String> {
+        ConvDims::check(
+            &x.shape,
+            &w.shape,
+            bias.map(|b| b.shape.as_slice()),
+            &out.shape,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+        )
+    }
+
     /// The window arguments every convolution kernel takes in this order: stride, padding,
     /// dilation, each (h, w).
     pub fn window_args(&self) -> [Arg; 6] {
@@ -51,16 +71,7 @@ impl Planner<'_> {
         r: &Binding,
         out: &Binding,
     ) -> Result<StepPlan, String> {
-        let dims = ConvDims::check(
-            &x.shape,
-            &w.shape,
-            bias.map(|b| b.shape.as_slice()),
-            &out.shape,
-            p.stride,
-            p.padding,
-            p.dilation,
-            p.groups,
-        )?;
+        let dims = p.dims(x, w, bias, out)?;
         if let Some(plan) = self.conv_channels_last(p, &dims, x, w, bias, Some(r), out)? {
             return Ok(plan);
         }
@@ -86,16 +97,7 @@ impl Planner<'_> {
         bias: Option<&Binding>,
         out: &Binding,
     ) -> Result<StepPlan, String> {
-        let dims = ConvDims::check(
-            &x.shape,
-            &w.shape,
-            bias.map(|b| b.shape.as_slice()),
-            &out.shape,
-            p.stride,
-            p.padding,
-            p.dilation,
-            p.groups,
-        )?;
+        let dims = p.dims(x, w, bias, out)?;
         let ConvDims {
             n,
             h,
