@@ -372,6 +372,91 @@ fn bn_whose_conv_has_other_readers_stays_a_scale_and_shift() {
 }
 
 #[test]
+fn a_residual_add_and_its_relu_fold_into_the_conv() {
+    for (relu, skip_first) in [(true, false), (false, true)] {
+        let mut ir = Ir::new();
+        let (_, bn) = conv_bn(&mut ir, false);
+        let skip = ir.input("skip", &[2, 5, 8, 8], "float32");
+        let ins: [&str; 2] = if skip_first {
+            [&skip, &bn]
+        } else {
+            [&bn, &skip]
+        };
+        let mut y = ir.op(
+            "add",
+            "aten.add.Tensor",
+            &ins,
+            &[2, 5, 8, 8],
+            "float32",
+            json!({}),
+        );
+        if relu {
+            y = ir.op(
+                "relu",
+                "aten.relu.default",
+                &[&y],
+                &[2, 5, 8, 8],
+                "float32",
+                json!({}),
+            );
+        }
+        ir.output(&y);
+        let p = ir.compile(&CPU, DType::F32);
+        assert_eq!(kinds(&p), vec!["conv2d"], "relu {relu}");
+        let step = &p.steps[0];
+        let Kernel::Conv2d { act, residual, .. } = step.kernel else {
+            panic!()
+        };
+        assert!(residual);
+        assert_eq!(act, relu.then_some(UnaryOp::Relu));
+        assert_eq!(
+            step.inputs.len(),
+            4,
+            "x, the folded weight and bias, the residual"
+        );
+        assert_eq!(
+            step.inputs[3].slot,
+            Slot::Input(1),
+            "the residual is `skip`"
+        );
+    }
+}
+
+#[test]
+fn a_conv_read_twice_or_a_broadcast_addend_keeps_its_add() {
+    for shared in [true, false] {
+        let mut ir = Ir::new();
+        let (_, bn) = conv_bn(&mut ir, false);
+        let skip = if shared {
+            ir.input("skip", &[2, 5, 8, 8], "float32")
+        } else {
+            ir.input("skip", &[1, 5, 1, 1], "float32")
+        };
+        let y = ir.op(
+            "add",
+            "aten.add.Tensor",
+            &[&bn, &skip],
+            &[2, 5, 8, 8],
+            "float32",
+            json!({}),
+        );
+        ir.output(&y);
+        if shared {
+            ir.output(&bn);
+        }
+        let p = ir.compile(&CPU, DType::F32);
+        assert_eq!(kinds(&p), vec!["conv2d", "elementwise"], "shared {shared}");
+        assert!(matches!(
+            p.steps[0].kernel,
+            Kernel::Conv2d {
+                residual: false,
+                ..
+            }
+        ));
+    }
+}
+
+#[test]
 fn dead_code_is_removed() {
     let mut ir = Ir::new();
     let x = ir.input("x", &[4], "float32");

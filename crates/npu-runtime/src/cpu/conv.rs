@@ -15,6 +15,7 @@ use rayon::prelude::*;
 /// Output channels per weight conversion tile.
 const CONV_W_TILE: usize = 128;
 
+#[derive(Clone, Copy)]
 pub struct ConvParams {
     pub stride: [usize; 2],
     pub padding: [usize; 2],
@@ -24,8 +25,8 @@ pub struct ConvParams {
 }
 
 impl ConvParams {
-    /// A `Kernel::Conv2d`'s parameters (None for any other kernel). A residual convolution
-    /// runs as the two steps of `Kernel::split_residual_conv`: take the first's parameters.
+    /// A `Kernel::Conv2d`'s parameters (None for any other kernel); `act` is the activation
+    /// after the residual when the kernel has one (see [`conv2d`]).
     pub fn of(kernel: &Kernel) -> Option<ConvParams> {
         let Kernel::Conv2d {
             stride,
@@ -49,19 +50,24 @@ impl ConvParams {
 }
 
 /// `filters`: the weight transformed at prepare for [`winograd`], when the step takes it.
+/// `residual`: `Kernel::Conv2d { residual }`'s last operand, added before `p.act`. The GEMM
+/// path adds it in its per-channel epilogue when the output and the residual are f32 planes
+/// (the `cpu` target's layout: the rows are still in cache, and no second pass reads the
+/// output); every other path runs without the activation and returns `false`, and the caller
+/// finishes with `Kernel::split_residual_conv`'s in-place step. Returns whether the residual
+/// and the activation were applied.
 pub fn conv2d(
     p: &ConvParams,
     x: &View,
     w: &View,
     bias: Option<&View>,
+    residual: Option<&View>,
     out: &View,
     filters: Option<&winograd::Filters>,
-) -> Result<(), String> {
-    let epi = Epilogue {
-        beta: 1.0,
-        act: p.act,
-        residual: false,
-    };
+) -> Result<bool, String> {
+    let act_after = p.act;
+    let alone = ConvParams { act: None, ..*p };
+    let p = if residual.is_some() { &alone } else { p };
     let dims = ConvDims::check(
         x.shape,
         w.shape,
@@ -74,11 +80,11 @@ pub fn conv2d(
     )?;
     if let Some(f) = filters.filter(|_| winograd::suits(p, &dims)) {
         winograd::conv(p, &dims, x, f, bias, out);
-        return Ok(());
+        return Ok(false);
     }
     if conv_grouped::is_direct(&dims) {
         conv_grouped::conv_grouped(p, &dims, x, w, bias, out);
-        return Ok(());
+        return Ok(false);
     }
     let ConvDims {
         n,
@@ -107,6 +113,16 @@ pub fn conv2d(
         w.f32_ptr().is_some() && w.strides[3] == 1 && w.strides[2] == kw && w.strides[1] == kh * kw;
     let out_direct =
         out.f32_ptr().is_some() && out.strides[3] == 1 && (oh == 1 || out.strides[2] == ow);
+    // The residual in the epilogue, with the activation after it (see the doc above).
+    let res = residual.filter(|r| {
+        out_direct && r.f32_ptr().is_some() && r.strides[3] == 1 && (oh == 1 || r.strides[2] == ow)
+    });
+    let act = if res.is_some() { act_after } else { p.act };
+    let epi = Epilogue {
+        beta: 1.0,
+        act,
+        residual: false,
+    };
     let bias_view: Option<View> = bias.copied();
     for ni in 0..n {
         for gi in 0..g {
@@ -191,7 +207,7 @@ pub fn conv2d(
                             m0 += rows;
                         }
                         if out_direct {
-                            if bias.is_some() || p.act.is_some() {
+                            if bias.is_some() || act.is_some() || res.is_some() {
                                 let dp = SendPtr(dst);
                                 (0..og).into_par_iter().for_each(|oi| {
                                     let bv = bias_view.map_or(0.0, |b| {
@@ -204,7 +220,22 @@ pub fn conv2d(
                                             pix,
                                         )
                                     };
-                                    bias_act(row, bv, p.act);
+                                    match res {
+                                        Some(r) => {
+                                            let at =
+                                                ni * r.strides[0] + (gi * og + oi) * r.strides[1];
+                                            // SAFETY: the residual's plane for this channel:
+                                            // `pix` f32 values from `at` (strides checked above).
+                                            let rrow = unsafe {
+                                                std::slice::from_raw_parts(
+                                                    (r.ptr as *const f32).add(at),
+                                                    pix,
+                                                )
+                                            };
+                                            bias_residual_act(row, bv, rrow, act);
+                                        }
+                                        None => bias_act(row, bv, act),
+                                    }
                                 });
                             }
                         } else {
@@ -235,7 +266,7 @@ pub fn conv2d(
                                         b.ld((gi * og + oi) * b.strides[b.rank() - 1])
                                     });
                                     let row = &mut cbuf[oi * pix..(oi + 1) * pix];
-                                    bias_act(row, bv, p.act);
+                                    bias_act(row, bv, act);
                                     for y in 0..oh {
                                         out.scatter(
                                             ooff + oi * out.strides[1] + y * out.strides[2],
@@ -251,7 +282,18 @@ pub fn conv2d(
             });
         }
     }
-    Ok(())
+    Ok(res.is_some())
+}
+
+/// `act(v + bias + r)` over one output channel's plane in place (an f32 output: the
+/// convolution's rounding is exact).
+fn bias_residual_act(v: &mut [f32], bias: f32, r: &[f32], act: Option<UnaryOp>) {
+    for (x, r) in v.iter_mut().zip(r) {
+        *x = (*x + bias) + r;
+    }
+    if let Some(a) = act {
+        super::activation::apply(a, v);
+    }
 }
 
 /// col[(c, i, j), (y, x)] = x[c, y*s - p + i*d, x*s - p + j*d] (0 outside), f32.

@@ -479,16 +479,12 @@ fn run_kernel(
         }
         Kernel::Conv2d { .. } => {
             let (x, w, bias, r) = kernel.conv_operands(ins).ok_or("conv2d operands")?;
-            // A residual runs as its own in-place pass after the convolution, rounding
-            // the convolution first as PyTorch's two ops do.
-            let (conv, add) = match kernel.split_residual_conv() {
-                Some((conv, add)) => (conv, Some(add)),
-                None => (kernel.clone(), None),
-            };
-            let p = conv::ConvParams::of(&conv).ok_or("not a convolution")?;
-            conv::conv2d(&p, x, w, bias, &outs[0], filters)?;
-            match (add, r) {
-                (Some(Kernel::Elementwise { expr }), Some(r)) => {
+            let p = conv::ConvParams::of(kernel).ok_or("not a convolution")?;
+            let applied = conv::conv2d(&p, x, w, bias, r, &outs[0], filters)?;
+            // A residual the convolution's path did not add runs as its own in-place pass,
+            // rounding the convolution first as PyTorch's two ops do.
+            match (kernel.split_residual_conv(), r) {
+                (Some((_, Kernel::Elementwise { expr })), Some(r)) if !applied => {
                     elementwise::elementwise(&expr, &[outs[0], *r], &outs[0])
                 }
                 _ => Ok(()),
