@@ -230,15 +230,23 @@ fn by_gemm(
             for si in 0..s {
                 let own = rows.of(bi, hi, si);
                 let row = &mut sm[si * nu..(si + 1) * nu];
-                // the row's own slots scaled and masked, every other slot -inf
-                for &(ti, mv) in own {
-                    let i = index_of[ti as usize] as usize;
-                    row[i] = row[i] * scale + mv;
-                }
-                let mut next = own.iter().peekable();
-                for (i, x) in row.iter_mut().enumerate() {
-                    if next.next_if(|&&(ti, _)| ti as usize == u[i]).is_none() {
-                        *x = f32::NEG_INFINITY;
+                if own.len() == nu {
+                    // The row attends every needed slot (both lists are in slot order):
+                    // no -inf to place, one pass that vectorizes (ViT: every row).
+                    for (x, &(_, mv)) in row.iter_mut().zip(own) {
+                        *x = *x * scale + mv;
+                    }
+                } else {
+                    // the row's own slots scaled and masked, every other slot -inf
+                    for &(ti, mv) in own {
+                        let i = index_of[ti as usize] as usize;
+                        row[i] = row[i] * scale + mv;
+                    }
+                    let mut next = own.iter().peekable();
+                    for (i, x) in row.iter_mut().enumerate() {
+                        if next.next_if(|&&(ti, _)| ti as usize == u[i]).is_none() {
+                            *x = f32::NEG_INFINITY;
+                        }
                     }
                 }
                 softmax_row(row, 0.0);
