@@ -198,9 +198,8 @@ impl Planner<'_> {
             };
             // cuBLASLt writes the output itself where it can. Not a residual: the contract
             // rounds the product before adding it, as PyTorch's two ops do, and cuBLASLt's C
-            // operand rounds once (measured on the H100: prefill 3.49 -> 3.30 ms, but
-            // Qwen2.5-1.5B bf16's top-5 agreement with PyTorch fell to 3/5 at one step, as
-            // the same fold did when the contract was written).
+            // operand rounds once (measured on the H100 through C: prefill 3.49 -> 3.30 ms;
+            // docs/cuda.md, fifth session of 2026-11-26, says what the model check showed).
             if let Some(call) = self.lt_direct(&g, None)? {
                 return Ok(vec![call].into());
             }
