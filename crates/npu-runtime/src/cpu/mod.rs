@@ -483,11 +483,14 @@ fn run_kernel(
             let applied = conv::conv2d(&p, x, w, bias, r, &outs[0], filters)?;
             // A residual the convolution's path did not add runs as its own in-place pass,
             // rounding the convolution first as PyTorch's two ops do.
-            match (kernel.split_residual_conv(), r) {
-                (Some((_, Kernel::Elementwise { expr })), Some(r)) if !applied => {
+            let Some(r) = r.filter(|_| !applied) else {
+                return Ok(());
+            };
+            match kernel.split_residual_conv() {
+                Some((_, Kernel::Elementwise { expr })) => {
                     elementwise::elementwise(&expr, &[outs[0], *r], &outs[0])
                 }
-                _ => Ok(()),
+                _ => Err("a residual convolution without its split".into()),
             }
         }
         Kernel::Pool2d {
