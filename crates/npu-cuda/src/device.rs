@@ -41,6 +41,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_attn",
     "k_attn_combine",
     "k_attn_dec",
+    "k_attn_dec_mma",
     "k_attn_tiles",
     "k_attn_mma",
     "k_conv_direct",
@@ -82,6 +83,9 @@ pub struct Device {
     pub(crate) pdl: bool,
     /// cuBLASLt algorithms are chosen by timing (`lt_tune`), unless `NPU_CUDA_LT_TUNE=0`.
     pub(crate) lt_tune: bool,
+    /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
+    /// unless `NPU_CUDA_DEC_MMA=0` (then `k_attn_dec`, for comparisons).
+    pub(crate) dec_mma: bool,
     /// The algorithm chosen per matmul description (`None`: cuBLASLt supports none).
     pub(crate) lt_algos:
         Mutex<HashMap<crate::lt_tune::TuneKey, Option<ltsys::cublasLtMatmulAlgo_t>>>,
@@ -147,6 +151,7 @@ impl Device {
             sms,
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
+            dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
             lt_algos: Mutex::new(HashMap::new()),
             name,
             library: HashMap::new(),
@@ -158,7 +163,7 @@ impl Device {
         for (name, f) in LIBRARY_KERNELS.iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        for k in ["k_attn", "k_gemv", "k_gemv16"] {
+        for k in ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"] {
             let f = dev.library[k];
             // SAFETY: a valid function handle; opting into more dynamic shared memory.
             unsafe {

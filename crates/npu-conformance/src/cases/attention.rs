@@ -165,6 +165,10 @@ pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         case(rng, [1, 4, 2, 1, 200, 256], BF16, true, false, 0, false),
         case(rng, [1, 11, 1, 1, 70, 64], F16, true, false, 0, false),
         stale_case(rng, [1, 12, 2, 4, 300, 128], F16),
+        // 16-bit decode on CUDA's tensor-core path: two batches over a cache whose mask the
+        // kernel scans eight keys a load, and the largest group with a head dim of 32
+        stale_decode_case(rng, [2, 8, 2, 520, 64], F16),
+        case(rng, [2, 16, 2, 1, 260, 32], BF16, true, false, 0, false),
     ]);
     v
 }

@@ -819,3 +819,252 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
     }
   }
 }
+
+// Decode attention on tensor cores for 16-bit caches (one query row, the group's <= 8 heads as
+// the rows of an m16n8k16 tile; rows 8..15 idle): grid (split, B * KVH), 4 warps. Where
+// k_attn_dec keeps one key per lane and leaves most of the memory system idle at long contexts
+// (ncu at 32000 keys: 15% of DRAM bandwidth, 70 us a layer), this kernel streams the block's
+// key range through shared memory in tiles of DM_KEYS keys, each tile's K, V copied by
+// cp.async while the tile before it is computed (two stages), every warp taking 16 keys of a
+// tile: S = Q K^T and O += P V as mma.sync with f32 accumulation, the online softmax per row
+// in registers. With a mask the block first reads its range's mask (16-byte loads, all in
+// flight) and marks the tiles holding an attended slot: only those are copied (a cache of
+// 32768 slots at position 2000 reads 2000 keys, not 32768). Masked slots get probability
+// exactly 0 and their V rows are taken as zero (a stale slot holding inf gives no NaN). The
+// warps' states are merged through shared memory into one partial per head in k_attn_dec's
+// format, merged over the splits by k_attn_combine.
+#define DM_KEYS 64
+#define DM_MAXT 1024  // tiles per split whose live flags fit the block's bit set
+#define DM_LD (MQ_MAXD + 8)  // shared row pitch in 16-bit elements (ldmatrix without bank conflicts)
+// dynamic shared memory: two stages of K and V tiles, then the live-tile bits
+#define DM_STAGE_ELEMS (DM_KEYS * DM_LD)
+#define DM_SMEM_BYTES (4 * DM_STAGE_ELEMS * 2 + DM_MAXT / 8)
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait_n() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// The first live tile at or after `from` (tile count `n` when none).
+__device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int n) {
+  for (int w = from >> 5; (w << 5) < n; ++w) {
+    unsigned bits = live[w] & (w == (from >> 5) ? ~0u << (from & 31) : ~0u);
+    if (bits) return min(n, (w << 5) + __ffs(bits) - 1);
+  }
+  return n;
+}
+
+template <bool BF>
+__device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
+                                                  int has_mask, float scale, int group, i64 split_len,
+                                                  int nsplit, float* part, unsigned char* dsm) {
+  unsigned short* kst = (unsigned short*)dsm;  // [2][DM_KEYS][DM_LD]
+  unsigned short* vst = kst + 2 * DM_STAGE_ELEMS;  // [2][DM_KEYS][DM_LD]
+  unsigned* live = (unsigned*)(vst + 2 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
+  const int D = (int)q.sh[3], nkc = D / 16, ndn = D / 8;
+  const i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
+  const int split = blockIdx.x;
+  const i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);
+  const int ntile = t_end > t_begin ? (int)((t_end - t_begin + DM_KEYS - 1) / DM_KEYS) : 0;
+  const i64 mbase = has_mask ? b * mask.st[0] + (kh * group) * mask.st[1] : 0;
+  // Live tiles of the range: every mask load in flight (eight keys a load where the mask is
+  // 16-bit with contiguous aligned keys), then one OR per live tile.
+  for (int w = tid; w < DM_MAXT / 32; w += blockDim.x) live[w] = 0u;
+  __syncthreads();
+  if (has_mask) {
+    const bool mvec = is16_dt(mask.dt) && mask.st[3] == 1 && (mbase % 8) == 0 && (mask.ptr % 16) == 0 &&
+                      (t_begin % 8) == 0 && (T % 8) == 0;
+    const int nkeys = (int)(t_end - t_begin);
+    if (mvec) {
+      const unsigned short* mp = (const unsigned short*)mask.ptr + mbase + t_begin;
+      for (int e = tid * 8; e < nkeys; e += blockDim.x * 8) {
+        uint4 u = *(const uint4*)(mp + e);
+        unsigned w4[4] = {u.x, u.y, u.z, u.w};
+        bool any = false;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          any |= !(h16_to_f32(w4[j] & 0xffff, mask.dt) <= MASKED);
+          any |= !(h16_to_f32(w4[j] >> 16, mask.dt) <= MASKED);
+        }
+        int tile = e / DM_KEYS;
+        if (any && tile < DM_MAXT) atomicOr(&live[tile >> 5], 1u << (tile & 31));
+      }
+    } else {
+      for (int e = tid; e < nkeys; e += blockDim.x) {
+        float mv = ld(mask, mbase + (t_begin + e) * mask.st[3]);
+        int tile = e / DM_KEYS;
+        if (!(mv <= MASKED) && tile < DM_MAXT) atomicOr(&live[tile >> 5], 1u << (tile & 31));
+      }
+    }
+  } else {
+    for (int tile = tid; tile < min(ntile, DM_MAXT); tile += blockDim.x) atomicOr(&live[tile >> 5], 1u << (tile & 31));
+  }
+  // Q of head g (rows g < group; rows 8..15 and heads past the group are zero) as A fragments
+  unsigned qa[MQ_MAXD / 16][4];
+  const bool qrow = g < group;
+  const i64 qoff = b * q.st[0] + (kh * group + (qrow ? g : 0)) * q.st[1];
+#pragma unroll
+  for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
+    if (kc < nkc) {
+      const int d = kc * 16 + tq * 2;
+      qa[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
+      qa[kc][2] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
+      qa[kc][1] = qa[kc][3] = 0u;
+    }
+  }
+  float acc[MQ_MAXD / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < MQ_MAXD / 8; ++dn) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+  float m0 = -NPU_INF, l0 = 0.0f;
+  const i64 kbase = b * k.st[0] + kh * k.st[1], vbase = b * v.st[0] + kh * v.st[1];
+  __syncthreads();  // live bits complete
+  // the planner keeps a split within DM_MAXT tiles
+  const int nlist = min(ntile, DM_MAXT);
+  int cur = dm_next_live(live, 0, nlist);
+  if (cur < nlist) {
+    mq_stage(k, kbase, t_begin + (i64)cur * DM_KEYS, D, kst);
+    mq_stage(v, vbase, t_begin + (i64)cur * DM_KEYS, D, vst);
+  }
+  for (int it = 0; cur < nlist; ++it) {
+    const int buf = it & 1;
+    const int nxt = dm_next_live(live, cur + 1, nlist);
+    const i64 t0 = t_begin + (i64)cur * DM_KEYS;
+    // this lane's four keys of the warp's 16 (tq*2, +1, +8, +9): mask values read before the
+    // wait, so their latency overlaps the tile's copy
+    const int kw = warp * 16 + tq * 2;
+    float mv[4];
+    bool ok[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const i64 t = t0 + kw + (j & 1) + (j >> 1) * 8;
+      ok[j] = t < t_end;
+      mv[j] = has_mask && ok[j] ? ld(mask, mbase + t * mask.st[3]) : 0.0f;
+    }
+    if (nxt < nlist) {
+      mq_stage(k, kbase, t_begin + (i64)nxt * DM_KEYS, D, kst + (buf ^ 1) * DM_STAGE_ELEMS);
+      mq_stage(v, vbase, t_begin + (i64)nxt * DM_KEYS, D, vst + (buf ^ 1) * DM_STAGE_ELEMS);
+      cp_async_wait_n<2>();  // this tile's two groups done, the next tile's two in flight
+    } else {
+      cp_async_wait_n<0>();
+    }
+    __syncthreads();
+    const unsigned short* ks = kst + buf * DM_STAGE_ELEMS;
+    const unsigned short* vs = vst + buf * DM_STAGE_ELEMS;
+    float sc[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
+      if (kc < nkc) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const unsigned short* kr = ks + (warp * 16 + nt * 8 + g) * DM_LD + kc * 16 + tq * 2;
+          mma16816<BF>(sc[nt], qa[kc], *(const unsigned*)kr, *(const unsigned*)(kr + 8));
+        }
+      }
+    }
+    // row g's scores: sc[nt][0..1] are keys kw + nt*8 (+1); rows 8..15 (sc[nt][2..3]) are idle
+#pragma unroll
+    for (int j = 0; j < 4; ++j) ok[j] = ok[j] && !(mv[j] <= MASKED);
+    float s[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[j] = ok[j] ? sc[j >> 1][j & 1] * scale + mv[j] : -NPU_INF;
+    float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m0, mx);
+    const float c0 = m0 == -NPU_INF ? 0.0f : expf(m0 - mn);
+    m0 = mn;
+    float p[4], ps = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      p[j] = s[j] == -NPU_INF ? 0.0f : expf(s[j] - mn);
+      ps += p[j];
+    }
+    l0 = l0 * c0 + ps;
+#pragma unroll
+    for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
+      acc[dn][0] *= c0;
+      acc[dn][1] *= c0;
+    }
+    // O += P V over the warp's 16 keys: P's row g as the A fragment (rows 8..15 zero), V's B
+    // fragments by ldmatrix.trans with masked keys' rows zeroed
+    unsigned pa[4];
+    pa[0] = pack_h2<BF>(p[0], p[1]);
+    pa[1] = 0u;
+    pa[2] = pack_h2<BF>(p[2], p[3]);
+    pa[3] = 0u;
+    const unsigned za = (ok[0] ? 0xffffu : 0u) | (ok[1] ? 0xffff0000u : 0u);
+    const unsigned zb = (ok[2] ? 0xffffu : 0u) | (ok[3] ? 0xffff0000u : 0u);
+    const unsigned short* vrow = vs + (warp * 16 + (lane & 15)) * DM_LD + (lane >> 4) * 8;
+#pragma unroll
+    for (int dn = 0; dn < MQ_MAXD / 8; dn += 2) {
+      if (dn < ndn) {
+        unsigned bf[4];
+        ldmatrix_x4_trans(bf, vrow + dn * 8);
+        mma16816<BF>(acc[dn], pa, bf[0] & za, bf[1] & zb);
+        mma16816<BF>(acc[dn + 1], pa, bf[2] & za, bf[3] & zb);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+    cur = nxt;
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  // Merge the four warps' states (the stages' space is free now): per warp and head m, l and
+  // acc[D]; then thread (g, d) pairs sum them under the block maximum.
+  float* xm = (float*)dsm;  // [4][8] m
+  float* xl = xm + 32;  // [4][8] l
+  float* xa = xl + 32;  // [4][8][MQ_MAXD] acc
+  if (tq == 0) {
+    xm[warp * 8 + g] = m0;
+    xl[warp * 8 + g] = l0;
+  }
+#pragma unroll
+  for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
+    if (dn < ndn) {
+      float* a = xa + (warp * 8 + g) * MQ_MAXD + dn * 8 + tq * 2;
+      a[0] = acc[dn][0];
+      a[1] = acc[dn][1];
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < group * D; idx += blockDim.x) {
+    const int hg = idx / D, d = idx % D;
+    float M = -NPU_INF;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) M = fmaxf(M, xm[w * 8 + hg]);
+    float L = 0.0f, A = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float mw = xm[w * 8 + hg];
+      const float wt = mw == -NPU_INF ? 0.0f : expf(mw - M);
+      L += xl[w * 8 + hg] * wt;
+      A += xa[(w * 8 + hg) * MQ_MAXD + d] * wt;
+    }
+    float* pp = part + ((b * H + kh * group + hg) * nsplit + split) * (i64)(D + 2);
+    if (d == 0) {
+      pp[0] = M;
+      pp[1] = L;
+    }
+    pp[2 + d] = A;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
+                                                                 float scale, int group, i64 split_len,
+                                                                 int nsplit, float* part) {
+  prefetch_l2_attn_rows(k, split_len);
+  prefetch_l2_attn_rows(v, split_len);
+  pdl_enter();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(16) unsigned char dm_smem[];
+  if (q.dt == DT_BF16) {
+    attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem);
+  } else {
+    attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem);
+  }
+#endif
+}

@@ -1,9 +1,10 @@
-//! Attention: `k_attn_dec` for one query row (decode); for blocks of 16-bit query rows
+//! Attention: `k_attn_dec_mma` on tensor cores (16-bit) or `k_attn_dec` for one query row
+//! (decode); for blocks of 16-bit query rows
 //! (prefill) `k_attn_mma` on tensor cores after `k_attn_tiles` marks the mask's live tiles;
 //! `k_attn` split over the keys otherwise, each SIMT kernel followed by `k_attn_combine`.
 
 use super::{align, kl, Planner, StepPlan, SCRATCH0};
-use crate::launch::{Arg, TdArg};
+use crate::launch::{Arg, Launch, TdArg};
 use crate::loc::Loc;
 use npu_ir::DType;
 use npu_program::program::Binding;
@@ -16,6 +17,16 @@ const MMA_MIN_ROWS: usize = 16;
 const MQ_ROWS: usize = 64;
 const MQ_KEYS: usize = 64;
 const MQ_MAXD: usize = 128;
+
+/// `k_attn_dec_mma`'s keys per tile, tiles a split may hold and dynamic shared memory
+/// (kernels/attention.cu: DM_KEYS, DM_MAXT, DM_SMEM_BYTES).
+const DM_KEYS: usize = 64;
+const DM_MAXT: usize = 1024;
+const DM_SMEM_BYTES: u32 = (4 * DM_KEYS * (MQ_MAXD + 8) * 2 + DM_MAXT / 8) as u32;
+/// Resident `k_attn_dec_mma` blocks per SM its shared memory allows (3 x 69.8 KB of 228 KB):
+/// the split is sized so the grid is one such wave (H100, Qwen2.5-1.5B decode at 32000 keys:
+/// 2.95 ms at this sizing, 2.98 / 3.12 for 2 / 1.5 blocks per SM, 3.19 for two waves).
+const DM_BLOCKS_PER_SM: usize = 3;
 
 impl Planner<'_> {
     pub(super) fn attention(
@@ -45,6 +56,9 @@ impl Planner<'_> {
         // keys; at 32000 keys 3.72 vs 4.78 ms a step since its loads are all in flight).
         let shared_mask = mask.is_none_or(|m| m.strides[1] == 0 || group == 1);
         if s == 1 && !causal && group <= 8 && d <= 128 && shared_mask {
+            if let Some(plan) = self.attention_decode_mma(scale, ins, out) {
+                return Ok(plan);
+            }
             return Ok(self.attention_decode(scale, ins, out, b, h, kvh, t, d));
         }
         if s >= MMA_MIN_ROWS {
@@ -86,9 +100,21 @@ impl Planner<'_> {
                 ],
             ));
         }
-        launches.push(kl(
+        launches.push(self.combine(b * h * s, nsplit, out));
+        Ok(StepPlan {
+            launches,
+            scratch: part_bytes,
+        })
+    }
+
+    /// `k_attn_combine` over `rows` output rows of `nsplit` partials each (in the step's
+    /// scratch), 128 threads. Tried with groups of `d` threads sharing the splits (256-1024
+    /// threads) together with an early copy of `k_attn_dec_mma`'s first tile: decode got
+    /// slower (H100, 1000 of 2048: 2.28 -> 2.39 ms; 32000: 2.85 -> 2.95), the two not separated.
+    fn combine(&self, rows: usize, nsplit: usize, out: &Binding) -> Launch {
+        kl(
             self.f("k_attn_combine"),
-            ((b * h * s) as u32, 1, 1),
+            (rows as u32, 1, 1),
             128,
             0,
             vec![
@@ -96,11 +122,7 @@ impl Planner<'_> {
                 Arg::I32(nsplit as i32),
                 Arg::Td(TdArg::of(out)),
             ],
-        ));
-        Ok(StepPlan {
-            launches,
-            scratch: part_bytes,
-        })
+        )
     }
 
     /// `k_attn_dec` over splits of at least 32 keys, about two blocks per SM in all, then
@@ -141,23 +163,73 @@ impl Planner<'_> {
                     Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
                 ],
             ),
-            kl(
-                self.f("k_attn_combine"),
-                ((b * h) as u32, 1, 1),
-                128,
-                0,
-                vec![
-                    Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
-                    Arg::I32(nsplit as i32),
-                    Arg::Td(TdArg::of(out)),
-                ],
-            ),
+            self.combine(b * h, nsplit, out),
         ];
         StepPlan {
             launches,
             scratch: part_bytes,
         }
     }
+    /// Decode attention on tensor cores (`k_attn_dec_mma`) over splits of whole 64-key tiles,
+    /// about one wave of `DM_BLOCKS_PER_SM` blocks per SM in all, then `k_attn_combine`. `None`
+    /// where it does not apply: q, K, V not 16-bit of one dtype, a head dim that is not a
+    /// multiple of 16 up to 128, q's rows not in 4-byte aligned pairs, compute capability
+    /// below 8.0, or `NPU_CUDA_DEC_MMA=0`. The caller has checked one query row, at most 8
+    /// heads per KV head and a mask shared by them.
+    fn attention_decode_mma(&self, scale: f32, ins: &[Binding], out: &Binding) -> Option<StepPlan> {
+        let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
+        let (b, h, d) = (q.shape[0], q.shape[1], q.shape[3]);
+        let (kvh, t) = (k.shape[1], k.shape[2]);
+        let dt = q.dtype;
+        let pairs = q.strides[3] == 1
+            && q.strides[..3].iter().all(|&st| st % 2 == 0)
+            && q.byte_offset % 4 == 0;
+        if !self.dev.dec_mma
+            || !matches!(dt, DType::F16 | DType::BF16)
+            || k.dtype != dt
+            || v.dtype != dt
+            || d % 16 != 0
+            || d > MQ_MAXD
+            || !pairs
+            || self.dev.arch.0 < 8
+        {
+            return None;
+        }
+        let want = (DM_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+            .div_ceil(b * kvh)
+            .max(1);
+        let split_len =
+            (t.div_ceil(want).div_ceil(DM_KEYS) * DM_KEYS).clamp(DM_KEYS, DM_KEYS * DM_MAXT);
+        let nsplit = t.div_ceil(split_len).max(1);
+        let part_bytes = align((b * h * nsplit * (d + 2) * 4) as u64);
+        let mask = ins.get(3).map_or(TdArg::null(), TdArg::of);
+        let launches = vec![
+            kl(
+                self.f("k_attn_dec_mma"),
+                (nsplit as u32, (b * kvh) as u32, 1),
+                128,
+                DM_SMEM_BYTES,
+                vec![
+                    Arg::Td(TdArg::of(q)),
+                    Arg::Td(TdArg::of(k)),
+                    Arg::Td(TdArg::of(v)),
+                    Arg::Td(mask),
+                    Arg::I32(i32::from(ins.len() == 4)),
+                    Arg::F32(scale),
+                    Arg::I32((h / kvh) as i32),
+                    Arg::I64(split_len as i64),
+                    Arg::I32(nsplit as i32),
+                    Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
+                ],
+            ),
+            self.combine(b * h, nsplit, out),
+        ];
+        Some(StepPlan {
+            launches,
+            scratch: part_bytes,
+        })
+    }
+
     /// Prefill attention on tensor cores (`k_attn_mma`, kernels/attention.cu), with the mask's
     /// live (query tile, key tile) pairs marked first by `k_attn_tiles` so the kernel skips key
     /// tiles no row of its block attends (a prefill over a static cache sees a few of them).
