@@ -164,10 +164,12 @@ extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int c
 }
 
 // Prefill attention on tensor cores (16-bit q/k/v, head dim a multiple of 16 up to 128):
-// grid (query tiles of MQ_ROWS rows, H, B), 8 warps: warp w takes query rows 16 (w % 4) ..
-// and the key half w / 4 of every tile (its own online softmax; the halves merge through
-// shared memory at the end: with 4 warps each walking whole tiles, one warp per scheduler left
-// every instruction's latency exposed, 50 us a layer for Qwen2.5-1.5B's prefill). Key tiles of
+// grid (query tiles of MQ_ROWS rows, H, B), 8 warps: warp w takes query rows 16 (w % MQ_RG) ..
+// and the key slice w / MQ_RG (MQ_KW keys) of every tile, with its own online softmax; the
+// slices merge through shared memory at the end. The kernel is latency-bound (few blocks, each
+// warp's instruction chain exposed: 4 warps walking whole tiles took 50 us a layer for
+// Qwen2.5-1.5B's prefill, 64-row blocks of 2 key halves 38 us under ncu), so work is cut into
+// short chains: 32-row blocks, 16 keys a warp. Key tiles of
 // MQ_KEYS keys are staged in shared memory (K as [key][d], V transposed as [d][key]); S = Q K^T
 // and O += P V are mma.sync m16n8k16 with f32 accumulation, the softmax online per row in
 // registers (FlashAttention-2's order). A key tile that no row of the block attends is skipped
@@ -176,9 +178,11 @@ extern "C" __global__ void k_attn(TD q, TD k, TD v, TD mask, int has_mask, int c
 // reads 2 of 32 key tiles. Masked slots (<= -65504, causal t > s, t >= T) get probability
 // exactly 0, a fully masked row is zeros (as k_attn), and a key no row of the block attends has
 // its V row taken as zero: a stale cache slot holding inf must not give 0 x inf = NaN.
-#define MQ_ROWS 64
+#define MQ_ROWS 32
+#define MQ_RG (MQ_ROWS / 16)  // row groups of 16 rows (one m16 tile each)
+#define MQ_NKS (8 / MQ_RG)  // key slices of a tile: 8 warps = MQ_RG x MQ_NKS
 #define MQ_KEYS 64
-#define MQ_HALF (MQ_KEYS / 2)
+#define MQ_KW (MQ_KEYS / MQ_NKS)  // keys of a tile per warp
 #define MQ_MAXD 128
 
 // Marks each (query tile, key tile) of the mask that holds an attended slot: grid (key tiles,
@@ -311,7 +315,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const unsigned sh
                : "r"(smem_addr(p)));
 }
 
-#define MQ_XCH (4 + MQ_MAXD / 2)  // a lane's m0, m1, l0, l1 and acc in the halves' exchange
+#define MQ_XCH (4 + MQ_MAXD / 2)  // a lane's m0, m1, l0, l1 and acc in the slices' exchange
+static_assert((MQ_NKS / 2) * MQ_RG * 32 * MQ_XCH * 4 <= 2 * MQ_KEYS * (MQ_MAXD + 8) * 2,
+              "the slices' exchange fits in the K and V tiles");
 #define MQ_MAXT 1024  // key tiles whose live flags a block keeps in shared memory (65536 keys)
 
 template <bool BF>
@@ -322,8 +328,8 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
   const int D = (int)q.sh[3], nkc = D / 16, ndn = D / 8;
   const i64 H = q.sh[1], S = q.sh[2], T = k.sh[2];
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  // rows 16 rg .. of the block, keys k0 .. k0 + MQ_HALF - 1 of each tile
-  const int rg = (threadIdx.x >> 5) & 3, k0 = (threadIdx.x >> 7) * MQ_HALF;
+  // rows 16 rg .. of the block, keys k0 .. k0 + MQ_KW - 1 of each tile (key slice ksl)
+  const int rg = (threadIdx.x >> 5) % MQ_RG, ksl = (threadIdx.x >> 5) / MQ_RG, k0 = ksl * MQ_KW;
   const i64 qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / group;
   const i64 r0 = qt * MQ_ROWS + rg * 16 + g, r1 = r0 + 8;
   const i64 qbase = b * q.st[0] + h * q.st[1];
@@ -392,14 +398,14 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     cp_async_wait();
     __syncthreads();
     // S = Q K^T for this warp's 16 rows and its half of the tile's keys (n-tiles of 8 keys).
-    float sc[MQ_HALF / 8][4];
+    float sc[MQ_KW / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < MQ_HALF / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+    for (int nt = 0; nt < MQ_KW / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
 #pragma unroll
     for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
       if (kc < nkc) {
 #pragma unroll
-        for (int nt = 0; nt < MQ_HALF / 8; ++nt) {
+        for (int nt = 0; nt < MQ_KW / 8; ++nt) {
           const unsigned short* kr = ks + (k0 + nt * 8 + g) * (MQ_MAXD + 8) + kc * 16 + tq * 2;
           mma16816<BF>(sc[nt], qa[kc], *(const unsigned*)kr, *(const unsigned*)(kr + 8));
         }
@@ -413,7 +419,7 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     const int rlim = (int)min((i64)MQ_ROWS, S - qt * MQ_ROWS);
     const int cdiag = causal ? (int)(qt * MQ_ROWS - t0) : 1 << 30;  // key kk is past row rr when kk > rr + cdiag
 #pragma unroll
-    for (int nt = 0; nt < MQ_HALF / 8; ++nt) {
+    for (int nt = 0; nt < MQ_KW / 8; ++nt) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int rr = rb + (j < 2 ? 0 : 8);
@@ -442,7 +448,7 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     // the row's four threads (one quad) reduce together.
     float mx0 = -NPU_INF, mx1 = -NPU_INF;
 #pragma unroll
-    for (int nt = 0; nt < MQ_HALF / 8; ++nt) {
+    for (int nt = 0; nt < MQ_KW / 8; ++nt) {
       mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
     }
@@ -456,7 +462,7 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     m1 = mn1;
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-    for (int nt = 0; nt < MQ_HALF / 8; ++nt) {
+    for (int nt = 0; nt < MQ_KW / 8; ++nt) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float mn = j < 2 ? mn0 : mn1;
@@ -479,7 +485,7 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
     // O += P V: P's C fragments are the A fragments of k16 steps (two n-tiles each); V's B
     // fragments come from ldmatrix.trans, with the keys no row attends zeroed.
 #pragma unroll
-    for (int ks16 = 0; ks16 < MQ_HALF / 16; ++ks16) {
+    for (int ks16 = 0; ks16 < MQ_KW / 16; ++ks16) {
       unsigned pa[4];
       pa[0] = pack_h2<BF>(sc[2 * ks16][0], sc[2 * ks16][1]);
       pa[1] = pack_h2<BF>(sc[2 * ks16][2], sc[2 * ks16][3]);
@@ -505,40 +511,45 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  // The second key half's state through shared memory (the K and V tiles' space, free now);
-  // the first half's warps merge it and store.
-  __syncthreads();
-  float* xch = (float*)ks + (rg * 32 + lane) * MQ_XCH;
-  if (k0 != 0) {
-    xch[0] = m0;
-    xch[1] = m1;
-    xch[2] = l0;
-    xch[3] = l1;
+  // The key slices' states merge through shared memory (the K and V tiles' space, free now)
+  // in halving rounds: slices [step, 2 step) hand theirs to slice - step; slice 0 stores.
+  for (int step = MQ_NKS / 2; step >= 1; step /= 2) {
+    __syncthreads();
+    const int slot = ksl < step ? ksl : ksl - step;
+    float* xch = (float*)ks + ((slot * MQ_RG + rg) * 32 + lane) * MQ_XCH;
+    if (ksl >= step && ksl < 2 * step) {
+      xch[0] = m0;
+      xch[1] = m1;
+      xch[2] = l0;
+      xch[3] = l1;
 #pragma unroll
-    for (int dn = 0; dn < MQ_MAXD / 8; ++dn)
-      if (dn < ndn)
+      for (int dn = 0; dn < MQ_MAXD / 8; ++dn)
+        if (dn < ndn)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) xch[4 + dn * 4 + i] = acc[dn][i];
-  }
-  __syncthreads();
-  if (k0 != 0) return;
-  {
-    const float pm0 = xch[0], pm1 = xch[1];
-    const float n0 = fmaxf(m0, pm0), n1 = fmaxf(m1, pm1);
-    const float a0 = m0 == -NPU_INF ? 0.0f : expf(m0 - n0), b0 = pm0 == -NPU_INF ? 0.0f : expf(pm0 - n0);
-    const float a1 = m1 == -NPU_INF ? 0.0f : expf(m1 - n1), b1 = pm1 == -NPU_INF ? 0.0f : expf(pm1 - n1);
-    l0 = l0 * a0 + xch[2] * b0;
-    l1 = l1 * a1 + xch[3] * b1;
+          for (int i = 0; i < 4; ++i) xch[4 + dn * 4 + i] = acc[dn][i];
+    }
+    __syncthreads();
+    if (ksl < step) {
+      const float pm0 = xch[0], pm1 = xch[1];
+      const float n0 = fmaxf(m0, pm0), n1 = fmaxf(m1, pm1);
+      const float a0 = m0 == -NPU_INF ? 0.0f : expf(m0 - n0), b0 = pm0 == -NPU_INF ? 0.0f : expf(pm0 - n0);
+      const float a1 = m1 == -NPU_INF ? 0.0f : expf(m1 - n1), b1 = pm1 == -NPU_INF ? 0.0f : expf(pm1 - n1);
+      l0 = l0 * a0 + xch[2] * b0;
+      l1 = l1 * a1 + xch[3] * b1;
+      m0 = n0;
+      m1 = n1;
 #pragma unroll
-    for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
-      if (dn < ndn) {
-        acc[dn][0] = acc[dn][0] * a0 + xch[4 + dn * 4] * b0;
-        acc[dn][1] = acc[dn][1] * a0 + xch[5 + dn * 4] * b0;
-        acc[dn][2] = acc[dn][2] * a1 + xch[6 + dn * 4] * b1;
-        acc[dn][3] = acc[dn][3] * a1 + xch[7 + dn * 4] * b1;
+      for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
+        if (dn < ndn) {
+          acc[dn][0] = acc[dn][0] * a0 + xch[4 + dn * 4] * b0;
+          acc[dn][1] = acc[dn][1] * a0 + xch[5 + dn * 4] * b0;
+          acc[dn][2] = acc[dn][2] * a1 + xch[6 + dn * 4] * b1;
+          acc[dn][3] = acc[dn][3] * a1 + xch[7 + dn * 4] * b1;
+        }
       }
     }
   }
+  if (ksl != 0) return;
   const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   const i64 ob = b * out.st[0] + h * out.st[1];
   const bool pairs = is16_dt(out.dt) && out.st[3] == 1 && (out.st[2] % 2) == 0 && (ob % 2) == 0 && (out.ptr % 4) == 0;
@@ -571,7 +582,7 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_mma(TD q, TD k, TD v, T
   pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   // One set of tiles for both instantiations (declared in the body, each would get its own).
-  // K then V tile; at the end the key halves' exchange (4 x 32 x MQ_XCH floats, which fit)
+  // K then V tile; at the end the key slices' exchange (half the slices' states, which fit)
   __shared__ __align__(16) unsigned short kvs[2 * MQ_KEYS * (MQ_MAXD + 8)];
   unsigned short *ks = kvs, *vs = kvs + MQ_KEYS * (MQ_MAXD + 8);
   __shared__ unsigned keys_live[2];

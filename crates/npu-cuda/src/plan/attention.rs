@@ -14,7 +14,7 @@ const MMA_MIN_ROWS: usize = 16;
 
 /// `k_attn_mma`'s query rows per block, keys per tile and largest head dim
 /// (kernels/attention.cu: MQ_ROWS, MQ_KEYS, MQ_MAXD).
-const MQ_ROWS: usize = 64;
+const MQ_ROWS: usize = 32;
 const MQ_KEYS: usize = 64;
 const MQ_MAXD: usize = 128;
 
@@ -282,7 +282,7 @@ impl Planner<'_> {
         launches.push(kl(
             self.f("k_attn_mma"),
             (nqt as u32, h as u32, b as u32),
-            // 4 row groups x 2 key halves of 32 threads
+            // 2 row groups x 4 key slices of 32 threads
             256,
             0,
             vec![
