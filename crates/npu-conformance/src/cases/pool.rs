@@ -137,5 +137,21 @@ pub fn cases(rng: &mut Rng) -> Vec<Case> {
             .nhwc_output([2, 40, oh, ow], dt, 48),
         );
     }
+    // stride-2 windows of other sizes and paddings (the CPU's even/odd split): an even
+    // window without padding over an odd width, an even window with padding, a 5-tap one
+    for (k, p, [h, w], [oh, ow]) in [
+        (2, 0, [7, 9], [3, 4]),
+        (4, 1, [9, 12], [4, 6]),
+        (5, 2, [10, 11], [5, 6]),
+    ] {
+        v.push(
+            Case::new(
+                format!("maxpool f32 k{k} s2 p{p} over NaN and infinities"),
+                pool(PoolKind::Max, k, 2, p),
+            )
+            .special_input(rng, &[1, 3, h, w], F32, 5)
+            .output(&[1, 3, oh, ow], F32),
+        );
+    }
     v
 }
