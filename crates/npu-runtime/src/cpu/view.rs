@@ -132,6 +132,16 @@ impl<'a> View<'a> {
                             dst.as_mut_ptr() as *mut u8,
                             dst.len() * 4,
                         );
+                    } else if stride == 2 && p.is_aligned() && !dst.is_empty() {
+                        // every other element of an aligned run (stride-2 im2col rows): as
+                        // pairs, so the loop vectorizes (the strided loop below does not)
+                        let n = dst.len();
+                        let src = std::slice::from_raw_parts(p, 2 * n - 1);
+                        let (head, last) = dst.split_at_mut(n - 1);
+                        for (d, pair) in head.iter_mut().zip(src.chunks_exact(2)) {
+                            *d = pair[0];
+                        }
+                        last[0] = src[2 * n - 2];
                     } else {
                         for (i, d) in dst.iter_mut().enumerate() {
                             *d = p.add(i * stride).read_unaligned();
