@@ -315,6 +315,23 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const unsigned sh
                : "r"(smem_addr(p)));
 }
 
+// O += P V over one 16-key step: `pa` P's A fragments, V's B fragments by ldmatrix.trans from
+// `vrow` (this lane's key row of the step and dim half, see above), the two key pairs of the
+// lane's fragments zeroed through `za` / `zb` (a masked key's V row may hold inf or NaN).
+template <bool BF>
+__device__ __forceinline__ void mma_pv16(float (*acc)[4], const unsigned* pa, const unsigned short* vrow,
+                                         unsigned za, unsigned zb, int ndn) {
+#pragma unroll
+  for (int dn = 0; dn < MQ_MAXD / 8; dn += 2) {
+    if (dn < ndn) {
+      unsigned bf[4];
+      ldmatrix_x4_trans(bf, vrow + dn * 8);
+      mma16816<BF>(acc[dn], pa, bf[0] & za, bf[1] & zb);
+      mma16816<BF>(acc[dn + 1], pa, bf[2] & za, bf[3] & zb);
+    }
+  }
+}
+
 #define MQ_XCH (4 + MQ_MAXD / 2)  // a lane's m0, m1, l0, l1 and acc in the slices' exchange
 static_assert((MQ_NKS / 2) * MQ_RG * 32 * MQ_XCH * 4 <= 2 * MQ_KEYS * (MQ_MAXD + 8) * 2,
               "the slices' exchange fits in the K and V tiles");
@@ -496,15 +513,7 @@ __device__ __forceinline__ void attn_mma_body(const TD& q, const TD& k, const TD
       unsigned za = ((lw >> (ka & 31)) & 1u ? 0xffffu : 0u) | ((lw >> ((ka + 1) & 31)) & 1u ? 0xffff0000u : 0u);
       unsigned zb = ((lw >> (kb & 31)) & 1u ? 0xffffu : 0u) | ((lw >> ((kb + 1) & 31)) & 1u ? 0xffff0000u : 0u);
       const unsigned short* vrow = vs + (k0 + ks16 * 16 + (lane & 15)) * (MQ_MAXD + 8) + (lane >> 4) * 8;
-#pragma unroll
-      for (int dn = 0; dn < MQ_MAXD / 8; dn += 2) {
-        if (dn < ndn) {
-          unsigned bf[4];
-          ldmatrix_x4_trans(bf, vrow + dn * 8);
-          mma16816<BF>(acc[dn], pa, bf[0] & za, bf[1] & zb);
-          mma16816<BF>(acc[dn + 1], pa, bf[2] & za, bf[3] & zb);
-        }
-      }
+      mma_pv16<BF>(acc, pa, vrow, za, zb, ndn);
     }
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -1010,15 +1019,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     const unsigned za = (ok[0] ? 0xffffu : 0u) | (ok[1] ? 0xffff0000u : 0u);
     const unsigned zb = (ok[2] ? 0xffffu : 0u) | (ok[3] ? 0xffff0000u : 0u);
     const unsigned short* vrow = vs + (warp * 16 + (lane & 15)) * DM_LD + (lane >> 4) * 8;
-#pragma unroll
-    for (int dn = 0; dn < MQ_MAXD / 8; dn += 2) {
-      if (dn < ndn) {
-        unsigned bf[4];
-        ldmatrix_x4_trans(bf, vrow + dn * 8);
-        mma16816<BF>(acc[dn], pa, bf[0] & za, bf[1] & zb);
-        mma16816<BF>(acc[dn + 1], pa, bf[2] & za, bf[3] & zb);
-      }
-    }
+    mma_pv16<BF>(acc, pa, vrow, za, zb, ndn);
     __syncthreads();  // every warp is done with this stage before it is refilled
     cur = nxt;
   }

@@ -170,29 +170,35 @@ impl Planner<'_> {
             scratch: part_bytes,
         }
     }
+    /// Whether q, K, V suit the tensor-core kernels (`k_attn_mma`, `k_attn_dec_mma`): f16 or
+    /// bf16 of one dtype, a head dim that is a multiple of 16 up to 128, q's rows in 4-byte
+    /// aligned pairs, compute capability 8.0 or later.
+    fn mma_operands(&self, ins: &[Binding]) -> bool {
+        let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
+        let (d, dt) = (q.shape[3], q.dtype);
+        let pairs = q.strides[3] == 1
+            && q.strides[..3].iter().all(|&st| st % 2 == 0)
+            && q.byte_offset % 4 == 0;
+        matches!(dt, DType::F16 | DType::BF16)
+            && k.dtype == dt
+            && v.dtype == dt
+            && d % 16 == 0
+            && d <= MQ_MAXD
+            && pairs
+            && self.dev.arch.0 >= 8
+    }
+
     /// Decode attention on tensor cores (`k_attn_dec_mma`) over splits of whole 64-key tiles,
     /// about one wave of `DM_BLOCKS_PER_SM` blocks per SM in all, then `k_attn_combine`. `None`
     /// where it does not apply: q, K, V not 16-bit of one dtype, a head dim that is not a
     /// multiple of 16 up to 128, q's rows not in 4-byte aligned pairs, compute capability
-    /// below 8.0, or `NPU_CUDA_DEC_MMA=0`. The caller has checked one query row, at most 8
-    /// heads per KV head and a mask shared by them.
+    /// below 8.0 (`mma_operands`), or `NPU_CUDA_DEC_MMA=0`. The caller has checked one query
+    /// row, at most 8 heads per KV head and a mask shared by them.
     fn attention_decode_mma(&self, scale: f32, ins: &[Binding], out: &Binding) -> Option<StepPlan> {
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
         let (b, h, d) = (q.shape[0], q.shape[1], q.shape[3]);
         let (kvh, t) = (k.shape[1], k.shape[2]);
-        let dt = q.dtype;
-        let pairs = q.strides[3] == 1
-            && q.strides[..3].iter().all(|&st| st % 2 == 0)
-            && q.byte_offset % 4 == 0;
-        if !self.dev.dec_mma
-            || !matches!(dt, DType::F16 | DType::BF16)
-            || k.dtype != dt
-            || v.dtype != dt
-            || d % 16 != 0
-            || d > MQ_MAXD
-            || !pairs
-            || self.dev.arch.0 < 8
-        {
+        if !self.dev.dec_mma || !self.mma_operands(ins) {
             return None;
         }
         let want = (DM_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
@@ -244,22 +250,9 @@ impl Planner<'_> {
         out: &Binding,
     ) -> Option<StepPlan> {
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
-        let (b, h, s, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+        let (b, h, s) = (q.shape[0], q.shape[1], q.shape[2]);
         let (kvh, t) = (k.shape[1], k.shape[2]);
-        let dt = q.dtype;
-        let pairs = q.strides[3] == 1
-            && q.strides[..3].iter().all(|&st| st % 2 == 0)
-            && q.byte_offset % 4 == 0;
-        if !matches!(dt, DType::F16 | DType::BF16)
-            || k.dtype != dt
-            || v.dtype != dt
-            || d % 16 != 0
-            || d > MQ_MAXD
-            || !pairs
-            || self.dev.arch.0 < 8
-            || h > 65535
-            || b > 65535
-        {
+        if !self.mma_operands(ins) || h > 65535 || b > 65535 {
             return None;
         }
         let (nqt, nkt) = (s.div_ceil(MQ_ROWS), t.div_ceil(MQ_KEYS));
