@@ -170,6 +170,7 @@ impl Planner<'_> {
             scratch: part_bytes,
         }
     }
+
     /// Whether q, K, V suit the tensor-core kernels (`k_attn_mma`, `k_attn_dec_mma`): f16 or
     /// bf16 of one dtype, a head dim that is a multiple of 16 up to 128, q's rows in 4-byte
     /// aligned pairs, compute capability 8.0 or later.
