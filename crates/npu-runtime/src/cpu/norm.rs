@@ -5,6 +5,22 @@ use npu_program::expr::round_to;
 use npu_program::program::ReduceOp;
 use rayon::prelude::*;
 
+/// sum f(v[i]) in f64 over eight interleaved partial sums: independent chains the compiler
+/// vectorizes, where one running sum is a chain of dependent adds (ViT's 197 x 768
+/// LayerNorm: 0.47 ms on one AMD EPYC core with one sum per pass).
+#[inline(always)]
+fn sum_f64(v: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = v.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().map(|&a| f(f64::from(a))).sum();
+    for c in chunks {
+        for (s, &a) in acc.iter_mut().zip(c) {
+            *s += f(f64::from(a));
+        }
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
 /// The leading dims and the normalized (last) dim of x, whose rank the contract makes >= 1.
 fn rows_of<'a>(x: &View<'a>) -> (&'a [usize], usize) {
     let r = x.rank();
@@ -27,7 +43,7 @@ pub fn rms_norm(eps: f32, x: &View, w: &View, out: &View) -> Result<(), String> 
                 v,
             );
             w.gather(0, ws, wv);
-            let ss: f64 = v.iter().map(|&a| f64::from(a) * f64::from(a)).sum();
+            let ss = sum_f64(v, |a| a * a);
             let inv = 1.0 / ((ss / d.max(1) as f64) as f32 + eps).sqrt();
             for (a, &g) in v.iter_mut().zip(wv.iter()) {
                 *a = round_to(out.dtype, *a * inv) * g;
@@ -60,12 +76,8 @@ pub fn layer_norm(
                 x.strides[r - 1],
                 v,
             );
-            let mean = v.iter().map(|&a| f64::from(a)).sum::<f64>() / d.max(1) as f64;
-            let var = v
-                .iter()
-                .map(|&a| (f64::from(a) - mean).powi(2))
-                .sum::<f64>()
-                / d.max(1) as f64;
+            let mean = sum_f64(v, |a| a) / d.max(1) as f64;
+            let var = sum_f64(v, |a| (a - mean) * (a - mean)) / d.max(1) as f64;
             let inv = 1.0 / (var + f64::from(eps)).sqrt();
             for a in v.iter_mut() {
                 *a = ((f64::from(*a) - mean) * inv) as f32;
