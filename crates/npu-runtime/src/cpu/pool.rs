@@ -42,15 +42,15 @@ pub fn pool2d(
         // The plane once in f32, then windows over plain slices.
         // max pooling also keeps every input row's window maxima ([h, ow])
         // and the even and odd elements of a row (stride-2 windows)
-        let hmax_len = if kind == PoolKind::Max {
-            hu * ow + wu + 2
+        let (hmax_len, parity_len) = if kind == PoolKind::Max {
+            (hu * ow, wu + 2)
         } else {
-            0
+            (0, 0)
         };
-        with_scratch(0, hu * wu + ow + hmax_len, |buf| {
+        with_scratch(0, hu * wu + ow + hmax_len + parity_len, |buf| {
             let (img, rest) = buf.split_at_mut(hu * wu);
             let (orow, rest) = rest.split_at_mut(ow);
-            let (hmax, parity) = rest.split_at_mut(hmax_len.saturating_sub(wu + 2));
+            let (hmax, parity) = rest.split_at_mut(hmax_len);
             for yy in 0..hu {
                 x.gather(
                     xb + yy * x.strides[2],
