@@ -31,6 +31,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_clear_err",
     "k_gemm",
     "k_epilogue",
+    "k_epilogue_rms",
     "k_conv_epilogue",
     "k_im2col",
     "k_gemv",

@@ -143,6 +143,13 @@ impl CudaExecutable {
                 steps.extend((1..n).map(|_| Vec::new()));
                 continue;
             }
+            if let Some(pair) = planner.epilogue_norm(&program.steps[i..]) {
+                for p in pair {
+                    scratch_need = scratch_need.max(p.scratch);
+                    steps.push(p.launches);
+                }
+                continue;
+            }
             let p = planner.plan(s).map_err(|message| RuntimeError::Step {
                 step: i,
                 origin: s.origin.clone(),

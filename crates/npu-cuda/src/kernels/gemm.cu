@@ -79,6 +79,72 @@ extern "C" __global__ void k_epilogue(const float* c, i64 cbs, TD bias, int has_
   }
 }
 
+// k_epilogue (no activation) over a dense f32 result c of rows of N, and then k_rms_norm of
+// the rows it stored, in one launch: one block per row. A decoder's residual GEMM followed by
+// the next GEMM's RMSNorm prologue (plan/epilogue_norm.rs pairs them). Both outputs equal the
+// two kernels' bit for bit: the stored (rounded) values are what the norm reads, each thread
+// holds the same chunks as k_rms_norm's 16-byte path and the sum goes through the same
+// block_sum. Needs what that path needs of out, w and normed (16-bit, rows contiguous and
+// 16-byte aligned, N % 8 == 0, N / 8 <= RN8 * blockDim.x) and a bias of out's dtype whose
+// rows are contiguous and 16-byte aligned (any row stride: 0 broadcasts one row); the planner
+// checks. Only the chunks a thread owns are loaded, all before any is used: loads behind the
+// dtype switches of the arithmetic waited for it (ncu: 14.8 us a 1536-wide row of a prefill,
+// where the two kernels took 7.4 + 6.2).
+extern "C" __global__ void k_epilogue_rms(const float* c, TD bias, int mode, float beta, TD out, TD w, float eps,
+                                          TD normed) {
+  pdl_enter();
+  const int r = out.rank, nt = blockDim.x, t = threadIdx.x;
+  const i64 N = out.sh[r - 1], row = blockIdx.x;
+  const int c8 = (int)(N / 8);
+  const float4* cp = (const float4*)(c + row * N);
+  const uint4* bp = (const uint4*)((const unsigned short*)bias.ptr + offset_lead(bias, r - 1, row));
+  const uint4* wp = (const uint4*)w.ptr;
+  const u64 op = out.ptr + 2 * (u64)offset_lead(out, r - 1, row);
+  const u64 np = normed.ptr + 2 * (u64)offset_lead(normed, r - 1, row);
+  float4 cr[RN8][2];
+  uint4 br[RN8], wr[RN8];
+#pragma unroll
+  for (int j = 0; j < RN8; ++j) {
+    const int ch = t + j * nt;
+    if (ch < c8) {
+      cr[j][0] = cp[2 * ch];
+      cr[j][1] = cp[2 * ch + 1];
+      br[j] = bp[ch];
+      wr[j] = wp[ch];
+    }
+  }
+  float v[RN8][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < RN8; ++j) {
+    const int ch = t + j * nt;
+    if (ch < c8) {
+      const float cv[8] = {cr[j][0].x, cr[j][0].y, cr[j][0].z, cr[j][0].w,
+                           cr[j][1].x, cr[j][1].y, cr[j][1].z, cr[j][1].w};
+      float bv[8];
+      unpack8(br[j], bias.dt, bv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[j][i] = round_dt(out.dt, add_bias(mode, cv[i], beta, bv[i], out.dt));
+      st8(op, out.dt, ch, v[j]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += v[j][i] * v[j][i];
+    }
+  }
+  ss = block_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / (float)N + eps);
+#pragma unroll
+  for (int j = 0; j < RN8; ++j) {
+    const int ch = t + j * nt;
+    if (ch < c8) {
+      float wv[8], y[8];
+      unpack8(wr[j], w.dt, wv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) y[i] = round_dt(normed.dt, v[j][i] * inv) * wv[i];
+      st8(np, normed.dt, ch, y);
+    }
+  }
+}
+
 // Conv epilogue: out[n, o, y, x] = act(c[o * ldc + n * pix + y * OW + x] + bias[o]).
 extern "C" __global__ void k_conv_epilogue(const float* c, i64 ldc, i64 o0, TD bias, int has_bias, int act,
                                            TD out, i64 og) {

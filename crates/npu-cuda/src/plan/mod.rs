@@ -9,6 +9,7 @@
 mod attention;
 mod conv;
 mod conv_cl;
+mod epilogue_norm;
 mod gather;
 mod gemm;
 mod pointwise;

@@ -1,0 +1,176 @@
+//! Launch fusions across steps give what the steps give apart, bit for bit: a residual GEMM
+//! and the normalized GEMM that reads its output (`k_epilogue_rms`), with the switch that
+//! turns the fusion off. Its own test binary: the switch is an environment variable, read at
+//! prepare time, so no other test may prepare concurrently. Skips where there is no device.
+
+use npu_cuda::{CudaBackend, CudaError};
+use npu_ir::DType;
+use npu_program::program::{dense_strides, Binding, IoTensor, Kernel, Program, Slot, Step};
+use npu_runtime::{Backend, CpuBackend, HostTensor, MemoryWeights};
+
+fn bind(slot: Slot, off: u64, shape: &[usize], strides: &[usize]) -> Binding {
+    Binding {
+        slot,
+        byte_offset: off,
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        dtype: DType::BF16,
+    }
+}
+
+fn io(name: &str, shape: &[usize]) -> IoTensor {
+    IoTensor {
+        name: name.into(),
+        shape: shape.to_vec(),
+        dtype: DType::BF16,
+        storage: DType::BF16,
+        donates_input: None,
+    }
+}
+
+/// h = round(x @ w0^T) + r, y = rms_norm(h) @ w1^T, as a prefill layer's down projection and
+/// the next layer's QKV projection (weights stored [N, K], read transposed).
+fn pair_program(m: usize, k0: usize, n0: usize, n1: usize) -> Program {
+    let dense = |slot, shape: &[usize]| bind(slot, 0, shape, &dense_strides(shape));
+    let t = |slot, [n, k]: [usize; 2]| bind(slot, 0, &[k, n], &[1, k]);
+    let h = dense(Slot::Arena, &[m, n0]);
+    let gemm = |residual, norm| Kernel::Gemm {
+        alpha: 1.0,
+        beta: 1.0,
+        act: None,
+        residual,
+        norm,
+    };
+    let step = |kernel, inputs, outputs| Step {
+        kernel,
+        inputs,
+        outputs,
+        origin: "fusion test".into(),
+    };
+    Program {
+        model_name: "epilogue + rms_norm".into(),
+        target: "gpu".into(),
+        compute_dtype: DType::BF16,
+        inputs: vec![
+            io("x", &[m, k0]),
+            io("w0", &[n0, k0]),
+            io("r", &[m, n0]),
+            io("nw", &[n0]),
+            io("w1", &[n1, n0]),
+        ],
+        outputs: vec![io("h", &[m, n0]), io("y", &[m, n1])],
+        sources: Vec::new(),
+        weights: Vec::new(),
+        constants: Vec::new(),
+        arena_bytes: (m * n0 * 2) as u64,
+        steps: vec![
+            step(
+                gemm(true, None),
+                vec![
+                    dense(Slot::Input(0), &[m, k0]),
+                    t(Slot::Input(1), [n0, k0]),
+                    dense(Slot::Input(2), &[m, n0]),
+                ],
+                vec![h.clone()],
+            ),
+            step(
+                gemm(false, Some(1e-6)),
+                vec![
+                    h.clone(),
+                    t(Slot::Input(4), [n1, n0]),
+                    dense(Slot::Input(3), &[n0]),
+                ],
+                vec![dense(Slot::Output(1), &[m, n1])],
+            ),
+            step(
+                Kernel::Copy,
+                vec![h],
+                vec![dense(Slot::Output(0), &[m, n0])],
+            ),
+        ],
+    }
+}
+
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+        })
+        .collect()
+}
+
+fn run(b: &dyn Backend, p: &Program, ins: &[(&str, HostTensor)]) -> Vec<Vec<f32>> {
+    let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+    let mut x = b.prepare(p, &MemoryWeights::default()).expect("prepare");
+    x.run_all(&refs).expect("run");
+    let out = x.run_all(&refs).expect("run");
+    out.iter().map(|(_, t)| t.to_f32_vec()).collect()
+}
+
+#[test]
+fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
+    let gpu = match CudaBackend::new() {
+        Ok(b) => b,
+        Err(CudaError::NoDevice(why)) => {
+            println!(
+                "SKIP: residual_epilogue_and_rms_norm_fuse_bit_for_bit: no CUDA device ({why})"
+            );
+            return;
+        }
+        Err(e) => panic!("the CUDA backend failed to start: {e}"),
+    };
+    // cuBLASLt's first heuristic algorithm for both prepares (tuning times candidates, and
+    // two timings may pick different ones)
+    std::env::set_var("NPU_CUDA_LT_TUNE", "0");
+    for (m, k0, n0, n1) in [(128, 512, 1536, 640), (37, 256, 264, 96)] {
+        let p = pair_program(m, k0, n0, n1);
+        let ins = [
+            ("x", values(m * k0, 1, 2.0)),
+            ("w0", values(n0 * k0, 2, 0.2)),
+            ("r", values(m * n0, 3, 4.0)),
+            ("nw", values(n0, 4, 2.0)),
+            ("w1", values(n1 * n0, 5, 0.2)),
+        ]
+        .map(|(n, v)| {
+            let shape = p
+                .inputs
+                .iter()
+                .find(|t| t.name == n)
+                .expect("input")
+                .shape
+                .clone();
+            (n, HostTensor::from_f32_as(DType::BF16, shape, &v))
+        });
+        std::env::remove_var("NPU_CUDA_FUSE_NORM");
+        let fused = run(&gpu, &p, &ins);
+        std::env::set_var("NPU_CUDA_FUSE_NORM", "0");
+        let apart = run(&gpu, &p, &ins);
+        std::env::remove_var("NPU_CUDA_FUSE_NORM");
+        for (o, (f, a)) in fused.iter().zip(&apart).enumerate() {
+            let diff = f
+                .iter()
+                .zip(a)
+                .filter(|(x, y)| x.to_bits() != y.to_bits())
+                .count();
+            assert_eq!(
+                diff, 0,
+                "{m}x{k0}x{n0}x{n1}: output {o} differs in {diff} elements"
+            );
+        }
+        // and both agree with the CPU backend within five bf16 steps (2^-8) of the largest
+        // value: the GEMMs sum in other orders, so roundings may differ by a step
+        let cpu = run(&CpuBackend::new(), &p, &ins);
+        for (o, (g, c)) in fused.iter().zip(&cpu).enumerate() {
+            let scale = c.iter().fold(0f32, |s, v| s.max(v.abs()));
+            let worst = g.iter().zip(c).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+            assert!(
+                worst <= 0.02 * scale,
+                "{m}x{k0}x{n0}x{n1}: output {o} off the CPU's by {worst} (largest {scale})"
+            );
+        }
+    }
+}
