@@ -10,8 +10,8 @@
 //! result, and nothing between them can overwrite it (per-step timings count the epilogue
 //! under step two). `NPU_CUDA_FUSE_NORM=0` turns it off, for comparisons.
 
-use super::{Planner, StepPlan};
-use crate::launch::{dtype_code, Arg, KernelLaunch, Launch, TdArg};
+use super::{kl, Planner, StepPlan};
+use crate::launch::{dtype_code, Arg, Launch, TdArg};
 use crate::loc::Loc;
 use npu_ir::DType;
 use npu_program::program::{Kernel, Step};
@@ -21,20 +21,6 @@ use npu_program::program::{Kernel, Step};
 const THREADS: u32 = 256;
 /// `RN8` in the kernels: 16-byte chunks a thread holds.
 const CHUNKS_PER_THREAD: i64 = 4;
-
-/// What the two steps' plans must contain for the fusion, taken from their launches.
-struct Parts {
-    /// Step one's f32 result in scratch (offset, bytes).
-    c_off: u64,
-    c_bytes: u64,
-    bias: TdArg,
-    mode: i32,
-    beta: f32,
-    out: TdArg,
-    w: TdArg,
-    eps: f32,
-    normed: TdArg,
-}
 
 /// Rows of a 16-bit operand that can be read (or written) 16 bytes at a time: the last dim
 /// contiguous, a multiple of 8 long, every row starting 16-byte aligned (row stride 0
@@ -57,8 +43,10 @@ fn rows16(t: &TdArg) -> bool {
 }
 
 impl Planner<'_> {
-    /// The plans of `steps[0]` and `steps[1]` with the first's epilogue and the second's
-    /// RMSNorm fused, or None where the pair does not qualify (the caller plans them apart).
+    /// The plans of `steps[0]` and `steps[1]` where the second is a normalized GEMM reading
+    /// the first's output, with the first's epilogue and the second's RMSNorm fused where
+    /// their launches allow; None for other steps, or where either fails to plan (the caller
+    /// plans them one at a time, and reports the failure).
     pub(crate) fn epilogue_norm(&self, steps: &[Step]) -> Option<[StepPlan; 2]> {
         if std::env::var("NPU_CUDA_FUSE_NORM").is_ok_and(|v| v == "0") {
             return None;
@@ -82,60 +70,18 @@ impl Planner<'_> {
             ..*self
         };
         let mut p1 = next.plan(s1).ok()?;
-        let parts = self.fusable(&p0, &p1)?;
-        let Parts {
-            c_off,
-            c_bytes,
-            bias,
-            mode,
-            beta,
-            out,
-            w,
-            eps,
-            normed,
-        } = parts;
-        let n = out.td.sh[out.td.rank as usize - 1];
-        let rows = out.td.sh[..out.td.rank as usize - 1]
-            .iter()
-            .product::<i64>();
-        let Loc::Scratch(n_off) = normed.loc else {
-            return None;
-        };
-        let n_bytes = (rows * n * 2) as u64;
-        let disjoint = n_off >= c_off + c_bytes || c_off >= n_off + n_bytes;
-        if !(disjoint
-            && [&out, &normed, &w, &bias].iter().all(|t| rows16(t))
-            && out.td.dt == normed.td.dt
-            && bias.td.dt == out.td.dt
-            && n / 8 <= CHUNKS_PER_THREAD * i64::from(THREADS)
-            && rows <= i64::from(u32::MAX))
-        {
-            return None;
+        // planned either way: the caller keeps these plans rather than planning again
+        if let Some(fused) = self.fused(&p0, &p1) {
+            p0.launches.pop();
+            p1.launches[0] = fused;
         }
-        let fused = Launch::Kernel(KernelLaunch {
-            func: self.f("k_epilogue_rms"),
-            grid: (rows as u32, 1, 1),
-            block: (THREADS, 1, 1),
-            smem: 0,
-            args: vec![
-                Arg::Ptr(0, Loc::Scratch(c_off)),
-                Arg::Td(bias),
-                Arg::I32(mode),
-                Arg::F32(beta),
-                Arg::Td(out),
-                Arg::Td(w),
-                Arg::F32(eps),
-                Arg::Td(normed),
-            ],
-        });
-        p0.launches.pop();
-        p1.launches[0] = fused;
         Some([p0, p1])
     }
 
-    /// The fusion's operands where step one's plan is a cuBLASLt call into scratch and then
-    /// `k_epilogue` with a bias and no activation, and step two's opens with `k_rms_norm`.
-    fn fusable(&self, p0: &StepPlan, p1: &StepPlan) -> Option<Parts> {
+    /// The fused launch where step one's plan is a cuBLASLt call into scratch and then
+    /// `k_epilogue` with a bias and no activation, step two's opens with `k_rms_norm` of what
+    /// that epilogue writes, and the operands fit `k_epilogue_rms`.
+    fn fused(&self, p0: &StepPlan, p1: &StepPlan) -> Option<Launch> {
         let [Launch::Lt(_), epi] = &p0.launches[..] else {
             return None;
         };
@@ -149,21 +95,42 @@ impl Planner<'_> {
         else {
             return None;
         };
-        // the norm reads exactly what the epilogue writes
-        if x.loc != out.loc || x.td.sh != out.td.sh || x.td.st != out.td.st || x.td.dt != out.td.dt
-        {
+        let same = |a: &TdArg, b: &TdArg| {
+            a.loc == b.loc && a.td.sh == b.td.sh && a.td.st == b.td.st && a.td.dt == b.td.dt
+        };
+        let r = out.td.rank as usize;
+        let n = out.td.sh[r - 1];
+        let rows = out.td.sh[..r - 1].iter().product::<i64>();
+        let Loc::Scratch(n_off) = normed.loc else {
             return None;
-        }
-        Some(Parts {
-            c_off,
-            c_bytes: total as u64 * 4,
-            bias,
-            mode,
-            beta,
-            out,
-            w,
-            eps,
-            normed,
+        };
+        // step two's normalized a must not overlap step one's f32 result, which it reads
+        let (c_end, n_end) = (c_off + total as u64 * 4, n_off + (rows * n * 2) as u64);
+        let disjoint = n_off >= c_end || c_off >= n_end;
+        let fits = same(&x, &out)
+            && disjoint
+            && [&out, &normed, &w, &bias].iter().all(|t| rows16(t))
+            && normed.td.dt == out.td.dt
+            && bias.td.dt == out.td.dt
+            && n / 8 <= CHUNKS_PER_THREAD * i64::from(THREADS)
+            && rows <= i64::from(u32::MAX);
+        fits.then(|| {
+            kl(
+                self.f("k_epilogue_rms"),
+                (rows as u32, 1, 1),
+                THREADS,
+                0,
+                vec![
+                    Arg::Ptr(0, Loc::Scratch(c_off)),
+                    Arg::Td(bias),
+                    Arg::I32(mode),
+                    Arg::F32(beta),
+                    Arg::Td(out),
+                    Arg::Td(w),
+                    Arg::F32(eps),
+                    Arg::Td(normed),
+                ],
+            )
         })
     }
 
