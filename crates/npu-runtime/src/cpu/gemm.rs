@@ -2,10 +2,14 @@
 //! crate (any strides); f16/bf16 operands are converted to f32 in tiles (A whole, B in
 //! column panels), so a bf16 weight is never converted whole. M <= 4 with B contiguous
 //! along K takes a multi-threaded, bandwidth-bound GEMV that converts B on the fly. bf16 x
-//! bf16 with M >= 16 runs on AMX tiles where the CPU has them ([`amx`]).
+//! bf16 with M >= 16 runs on AMX tiles where the CPU has them ([`amx`]). An f32 weight B
+//! packed at prepare runs on [`gemm_packed`]'s AVX2 kernel on CPUs with AVX2+FMA and without
+//! AVX-512 ([`gemm_packed::enabled`]); AVX-512 machines keep the `gemm` crate, since the
+//! packed kernel was measured only on an AVX2-only AMD EPYC.
 
 use super::amx;
 use super::dot::{dot_bf16, dot_f16, dot_f32};
+use super::gemm_packed;
 use super::view::{offset_in, with_scratch, SendPtr, View};
 use half::f16;
 use npu_ir::{DType, UnaryOp};
@@ -137,11 +141,16 @@ pub fn epilogue(
 }
 
 /// out[.., m, n] = alpha * a @ b, then the epilogue (bias, act).
+///
+/// `b_packed`: `b` is a whole f32 weight [K, N] (rank 2) whose buffer holds the panels
+/// [`gemm_packed::pack_transposed`] wrote at prepare; its view's strides then say nothing
+/// about where an element is, and only the packed kernel reads it.
 pub fn gemm_kernel(
     alpha: f32,
     epi: &Epilogue,
     a: &View,
     b: &View,
+    b_packed: bool,
     bias: Option<&View>,
     out: &View,
 ) -> Result<(), String> {
@@ -152,6 +161,14 @@ pub fn gemm_kernel(
     let batches: usize = ob.iter().product();
     let (a_sm, a_sk) = (a.strides[ra - 2], a.strides[ra - 1]);
     let (b_sk, b_sn) = (b.strides[rb - 2], b.strides[rb - 1]);
+    // A packed B reaches here only from a prepare that checked all of this; a kernel that
+    // cannot read it must not fall back to reading the panels as a [K, N] matrix.
+    if b_packed && !(gemm_packed::enabled() && b.f32_ptr().is_some() && b.shape == [k, n]) {
+        return Err(format!(
+            "a packed f32 weight B of shape {:?} that this CPU or GEMM cannot read",
+            b.shape
+        ));
+    }
     for bi in 0..batches {
         let aoff = batch_off(a, 2, ob, bi);
         let boff = batch_off(b, 2, ob, bi);
@@ -191,17 +208,20 @@ pub fn gemm_kernel(
             });
             continue;
         }
-        let gemv = m <= 4
+        let gemv = !b_packed
+            && m <= 4
             && b_sk == 1
             && k >= 16
             && matches!(b.dtype, DType::F32 | DType::BF16 | DType::F16);
         with_scratch(1, m * k, |ap| {
-            // A as dense f32 [M, K] (scaled by alpha).
+            // A as dense f32 [M, K] (scaled by alpha). The packed kernel reads A's rows with
+            // unit column stride.
             let a_direct = !gemv
                 && alpha == 1.0
                 && a.f32_ptr().is_some()
                 && (m == 1 || a_sm != 0)
-                && (k == 1 || a_sk != 0);
+                && (k == 1 || a_sk != 0)
+                && (!b_packed || k == 1 || a_sk == 1);
             let amat = if a_direct {
                 // SAFETY: in bounds per the module invariants.
                 Mat {
@@ -240,7 +260,10 @@ pub fn gemm_kernel(
                 } else {
                     (c.as_mut_ptr(), n as isize, 1)
                 };
-                if gemv {
+                if b_packed {
+                    // SAFETY: A and dst as for `matmul` below; B checked packed above.
+                    unsafe { packed_matmul(m, n, k, amat, b, dst, d_rs, d_cs) };
+                } else if gemv {
                     gemv_kernel(&ap[..m * k], m, n, k, b, boff, b_sn, c);
                 } else if b.f32_ptr().is_some() && (k == 1 || b_sk != 0) && (n == 1 || b_sn != 0) {
                     // SAFETY: as above.
@@ -298,6 +321,32 @@ pub fn gemm_kernel(
         });
     }
     Ok(())
+}
+
+/// dst[m, n] = A · B for a packed weight B (see [`gemm_kernel`]'s `b_packed`), A with unit
+/// column stride (or K = 1).
+///
+/// # Safety
+/// As [`matmul`], and `b` is packed for [K, N] = [k, n] with [`gemm_packed::enabled`] true.
+#[allow(clippy::too_many_arguments)]
+unsafe fn packed_matmul(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: &View,
+    dst: *mut f32,
+    d_rs: isize,
+    d_cs: isize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let pb = gemm_packed::PackedB::at(b.ptr as *const f32, k, n);
+        gemm_packed::matmul(m, n, k, a.ptr, a.rs as usize, pb, dst, d_rs, d_cs);
+    }
+    // Never packed elsewhere (`gemm_packed::enabled` is false).
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (m, n, k, a, b, dst, d_rs, d_cs);
 }
 
 /// c[m, n] = sum_k a[m, k] * b[k, n] for small M, B contiguous along K (a transposed

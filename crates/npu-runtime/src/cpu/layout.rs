@@ -6,8 +6,13 @@
 //! that only such GEMMs read gets a row-major [K, N] copy here, once, and the steps read that
 //! instead. One-row GEMMs keep the [N, K] rows, which their GEMV streams contiguously
 //! (`gemm::gemv_kernel`; the gemm crate is no faster there).
+//!
+//! Where [`gemm_packed`] runs (AVX2+FMA without AVX-512), the copy is not row-major but that
+//! kernel's panels: the same weights, the same rewritten bindings (shape [K, N], strides
+//! [N, 1], which stay inside the larger packed buffer), and the slot marked packed so that
+//! only the packed kernel reads it.
 
-use super::Buf;
+use super::{gemm_packed, Buf};
 use crate::error::Result;
 use npu_ir::DType;
 use npu_program::program::{Binding, Kernel, Slot};
@@ -38,10 +43,15 @@ fn transposed_use(program: &Program, b: &Binding, out_rows: usize) -> Option<[us
 /// Rewrites `program`'s GEMMs to read row-major copies of their transposed f32 weights and
 /// puts the copies in `weights` (the slot keeps its index; its old buffer stays with whoever
 /// else shares it). A weight any other step reads, or a GEMM reads otherwise, is left as is.
+/// Where [`gemm_packed::enabled`], the copies are packed panels instead; the result says,
+/// per weight slot, whether it holds them (every step that reads such a slot is a GEMM
+/// reading it as B).
 pub(crate) fn transpose_linear_weights(
     program: &mut Program,
     weights: &mut [Arc<Buf>],
-) -> Result<()> {
+) -> Result<Vec<bool>> {
+    let pack = gemm_packed::enabled();
+    let mut packed = vec![false; weights.len()];
     // weight slot -> [K, N], or None once a use does not fit
     let mut plan: HashMap<u32, Option<[usize; 2]>> = HashMap::new();
     for step in &program.steps {
@@ -68,16 +78,24 @@ pub(crate) fn transpose_linear_weights(
         let Some([k, n]) = *kn else { continue };
         let src = weights[w as usize].bytes();
         let what = format!("weight '{}' transposed", program.weights[w as usize].name);
-        let mut t = Buf::try_zeros(k * n * 4, &what)?;
-        let dst = t.bytes_mut();
-        // src is [N, K] row-major: element (j, kk) -> dst (kk, j)
-        for j in 0..n {
-            for kk in 0..k {
-                let s = (j * k + kk) * 4;
-                let d = (kk * n + j) * 4;
-                dst[d..d + 4].copy_from_slice(&src[s..s + 4]);
+        let t = if pack {
+            let mut t = Buf::try_zeros(gemm_packed::packed_len(k, n) * 4, &what)?;
+            gemm_packed::pack_transposed(f32s(src), k, n, f32s_mut(t.bytes_mut()));
+            packed[w as usize] = true;
+            t
+        } else {
+            let mut t = Buf::try_zeros(k * n * 4, &what)?;
+            let dst = t.bytes_mut();
+            // src is [N, K] row-major: element (j, kk) -> dst (kk, j)
+            for j in 0..n {
+                for kk in 0..k {
+                    let s = (j * k + kk) * 4;
+                    let d = (kk * n + j) * 4;
+                    dst[d..d + 4].copy_from_slice(&src[s..s + 4]);
+                }
             }
-        }
+            t
+        };
         weights[w as usize] = Arc::new(t);
         program.weights[w as usize].shape = vec![k, n];
     }
@@ -92,7 +110,25 @@ pub(crate) fn transpose_linear_weights(
             }
         }
     }
-    Ok(())
+    Ok(packed)
+}
+
+/// A Buf's bytes as floats, in place.
+fn f32s(bytes: &[u8]) -> &[f32] {
+    // SAFETY: every bit pattern is an f32, and `align_to` only returns the aligned middle.
+    let (head, floats, _) = unsafe { bytes.align_to::<f32>() };
+    assert!(head.is_empty(), "a Buf starts 8-byte aligned");
+    floats
+}
+
+/// A Buf's bytes as floats, in place. The floats start at its first byte (a Buf starts
+/// 8-byte aligned): the packed panels' offset, found again from the buffer's address at run
+/// time, depends on that.
+fn f32s_mut(bytes: &mut [u8]) -> &mut [f32] {
+    // SAFETY: as `f32s`.
+    let (head, floats, _) = unsafe { bytes.align_to_mut::<f32>() };
+    assert!(head.is_empty(), "a Buf starts 8-byte aligned");
+    floats
 }
 
 #[cfg(test)]
@@ -187,6 +223,122 @@ mod tests {
                 for j in 0..3 {
                     let want = x[i * 2] * w[j * 2] + x[i * 2 + 1] * w[j * 2 + 1];
                     assert_eq!(got[i * 3 + j], want, "m {m}: ({i}, {j})");
+                }
+            }
+        }
+    }
+
+    /// How the awkward-shape test stores A [b, m, k].
+    #[derive(Clone, Copy, Debug)]
+    enum ALayout {
+        Dense,
+        /// Rows k + 3 floats apart.
+        Padded,
+        /// Stored [b, k, m]: unit row stride, so A is gathered into a dense copy.
+        Transposed,
+    }
+
+    /// y [b, m, n] = relu(alpha x wᵀ + beta bias) through a prepared executable (the weight
+    /// packed where `gemm_packed` runs, else transposed) against sums in f64, over awkward
+    /// sizes, a batch, f16 A and A through strided views. The bound: (k + 2) u of
+    /// sum |alpha a w| for the product (alpha rounds once more, see `gemm_packed`'s test) and
+    /// 2 u of |beta bias| for its addition; ReLU moves no value further from the reference.
+    #[test]
+    fn linears_of_awkward_shapes_match_f64() {
+        use npu_ir::UnaryOp;
+        use ALayout::*;
+        let cases = [
+            (1, 197, 77, 45, DType::F32, Dense),
+            (2, 7, 300, 33, DType::F32, Padded),
+            (1, 13, 64, 17, DType::F32, Transposed),
+            (2, 5, 31, 16, DType::F16, Dense),
+        ];
+        for (batch, m, k, n, a_dt, layout) in cases {
+            let (alpha, beta) = (0.5f32, 2.0f32);
+            let (stored, strides) = match layout {
+                Dense => (vec![batch, m, k], vec![m * k, k, 1]),
+                Padded => (vec![batch, m, k + 3], vec![m * (k + 3), k + 3, 1]),
+                Transposed => (vec![batch, k, m], vec![k * m, 1, m]),
+            };
+            let mut x_io = io("x", &stored);
+            (x_io.dtype, x_io.storage) = (a_dt, a_dt);
+            let mut x_bind = bind(Slot::Input(0), &[batch, m, k], &strides);
+            x_bind.dtype = a_dt;
+            let program = Program {
+                model_name: "linear".into(),
+                target: "cpu".into(),
+                compute_dtype: DType::F32,
+                inputs: vec![x_io, io("bias", &[n])],
+                outputs: vec![io("y", &[batch, m, n])],
+                sources: vec![SourceTensor {
+                    key: "w".into(),
+                    shape: vec![n, k],
+                    dtype: DType::F32,
+                }],
+                weights: vec![WeightSlot {
+                    name: "w".into(),
+                    shape: vec![n, k],
+                    dtype: DType::F32,
+                    recipe: Recipe::Load { source: 0 },
+                }],
+                constants: vec![],
+                arena_bytes: 0,
+                steps: vec![Step {
+                    kernel: Kernel::Gemm {
+                        alpha,
+                        beta,
+                        act: Some(UnaryOp::Relu),
+                        residual: false,
+                        norm: None,
+                    },
+                    inputs: vec![
+                        x_bind,
+                        bind(Slot::Weight(0), &[k, n], &[1, k]),
+                        bind(Slot::Input(1), &[batch, m, n], &[0, 0, 1]),
+                    ],
+                    outputs: vec![bind(Slot::Output(0), &[batch, m, n], &[m * n, n, 1])],
+                    origin: "linear".into(),
+                }],
+            };
+            let vals = |len: usize, seed: usize| -> Vec<f32> {
+                (0..len)
+                    .map(|i| (((i * 7919 + seed * 104729) % 2003) as f32 / 1001.0) - 1.0)
+                    .collect()
+            };
+            let x_stored = vals(stored.iter().product(), 1);
+            let w = vals(n * k, 2);
+            let bias = vals(n, 3);
+            let weights = MemoryWeights(HashMap::from([(
+                "w".to_string(),
+                HostTensor::from_f32(vec![n, k], &w),
+            )]));
+            let mut exe = CpuExecutable::new(program, &weights).expect("prepare");
+            assert_eq!(exe.packed_weights[0], crate::cpu::gemm_packed::enabled());
+            let xt = HostTensor::from_f32_as(a_dt, stored.clone(), &x_stored);
+            let bt = HostTensor::from_f32(vec![n], &bias);
+            let out = exe.run_all(&[("x", &xt), ("bias", &bt)]).expect("run");
+            let got = out[0].1.to_f32_vec();
+            let x_as_run = xt.to_f32_vec(); // f16 A rounded as the kernel sees it
+            let u = 2f64.powi(-24);
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let (mut sum, mut mag) = (0f64, 0f64);
+                        for kk in 0..k {
+                            let xa = x_as_run[bi * strides[0] + i * strides[1] + kk * strides[2]];
+                            let p = f64::from(alpha) * f64::from(xa) * f64::from(w[j * k + kk]);
+                            sum += p;
+                            mag += p.abs();
+                        }
+                        let bias_term = f64::from(beta) * f64::from(bias[j]);
+                        let want = (sum + bias_term).max(0.0);
+                        let tol = (k as f64 + 2.0) * u * mag + 2.0 * u * bias_term.abs();
+                        let g = f64::from(got[(bi * m + i) * n + j]);
+                        assert!(
+                            (g - want).abs() <= tol,
+                            "{batch}x{m}x{k}x{n} {a_dt} {layout:?} ({bi}, {i}, {j}): {g} vs {want}"
+                        );
+                    }
                 }
             }
         }

@@ -15,6 +15,9 @@ pub(crate) mod dot;
 pub(crate) mod elementwise;
 pub(crate) mod embedding;
 pub(crate) mod gemm;
+pub(crate) mod gemm_packed;
+#[cfg(target_arch = "x86_64")]
+mod gemm_packed_avx2;
 pub(crate) mod index_copy;
 mod layout;
 pub(crate) mod norm;
@@ -170,6 +173,9 @@ pub struct CpuExecutable {
     /// For each output, the input whose buffer it is.
     donates: Vec<Option<usize>>,
     weights: Vec<Arc<Buf>>,
+    /// Per weight slot: its buffer holds [`gemm_packed`] panels, which only GEMMs (as their B)
+    /// read (`layout::transpose_linear_weights`).
+    packed_weights: Vec<bool>,
     /// Per step: a convolution's filters transformed for `winograd`, when it takes that path.
     filters: Vec<Option<Arc<winograd::Filters>>>,
     consts: Vec<Buf>,
@@ -242,7 +248,7 @@ impl CpuExecutable {
                 }
             })
         })?;
-        layout::transpose_linear_weights(&mut program, &mut weights)?;
+        let packed_weights = layout::transpose_linear_weights(&mut program, &mut weights)?;
         let filters = winograd::prepare(&program, &weights);
         let consts = program
             .constants
@@ -260,6 +266,7 @@ impl CpuExecutable {
             outputs,
             donates,
             weights,
+            packed_weights,
             filters,
             consts,
             arena,
@@ -412,7 +419,10 @@ impl CpuExecutable {
             }
             let started = self.step_ms.is_on().then(std::time::Instant::now);
             let filters = self.filters[si].as_deref();
-            run_kernel(&step.kernel, &ins, &outs, filters).map_err(|message| {
+            let b_packed = matches!(step.kernel, Kernel::Gemm { .. })
+                && matches!(step.inputs.get(1).map(|b| b.slot),
+                    Some(Slot::Weight(w)) if self.packed_weights[w as usize]);
+            run_kernel(&step.kernel, &ins, &outs, filters, b_packed).map_err(|message| {
                 RuntimeError::Step {
                     step: si,
                     origin: step.origin.clone(),
@@ -432,17 +442,20 @@ impl CpuExecutable {
 /// ([`Kernel::check`]): the entry for callers that did not come through a validated program.
 pub fn exec_step(kernel: &Kernel, ins: &[View], outs: &[View]) -> Result<(), String> {
     kernel.check(ins, outs)?;
-    run_kernel(kernel, ins, outs, None)
+    run_kernel(kernel, ins, outs, None, false)
 }
 
 /// Runs one kernel over views that satisfy its contract: a validated program's steps (prepare
 /// checked every binding against its buffer), or [`exec_step`] after its check. `filters`:
-/// the step's convolution filters transformed at prepare ([`winograd::prepare`]).
+/// the step's convolution filters transformed at prepare ([`winograd::prepare`]); `b_packed`:
+/// the GEMM's B view addresses a weight packed at prepare ([`gemm_packed`]), not the [K, N]
+/// matrix its shape and strides describe.
 fn run_kernel(
     kernel: &Kernel,
     ins: &[View],
     outs: &[View],
     filters: Option<&winograd::Filters>,
+    b_packed: bool,
 ) -> Result<(), String> {
     match kernel {
         Kernel::Gemm {
@@ -472,9 +485,9 @@ fn run_kernel(
                         strides: &strides,
                     };
                     norm::rms_norm(*eps, a, nw, &normed)?;
-                    gemm::gemm_kernel(*alpha, &epi, &normed, b, bias, &outs[0])
+                    gemm::gemm_kernel(*alpha, &epi, &normed, b, b_packed, bias, &outs[0])
                 }
-                _ => gemm::gemm_kernel(*alpha, &epi, a, b, bias, &outs[0]),
+                _ => gemm::gemm_kernel(*alpha, &epi, a, b, b_packed, bias, &outs[0]),
             }
         }
         Kernel::Conv2d { .. } => {
