@@ -44,11 +44,7 @@ pub unsafe fn matmul(
         return;
     }
     if k == 0 {
-        for i in 0..m {
-            for j in 0..n {
-                *dst.offset(i as isize * d_rs + j as isize * d_cs) = 0.0;
-            }
-        }
+        zero(m, n, dst, d_rs, d_cs);
         return;
     }
     let threads = rayon::current_num_threads();
@@ -61,6 +57,18 @@ pub unsafe fn matmul(
         m, n, k, dst, d_cs, d_rs, false, lhs.ptr, lhs.cs, lhs.rs, rhs.ptr, rhs.cs, rhs.rs, 0.0f32,
         1.0f32, false, false, false, par,
     );
+}
+
+/// dst[m, n] = 0: the product over an empty K.
+///
+/// # Safety
+/// dst with its strides addresses m x n writable floats.
+pub(super) unsafe fn zero(m: usize, n: usize, dst: *mut f32, d_rs: isize, d_cs: isize) {
+    for i in 0..m {
+        for j in 0..n {
+            *dst.offset(i as isize * d_rs + j as isize * d_cs) = 0.0;
+        }
+    }
 }
 
 /// Offset of batch `lin` (over `ob`, the output's batch dims) in `x`, whose own batch dims

@@ -169,11 +169,7 @@ unsafe fn matmul_with(
         return;
     }
     if k == 0 {
-        for i in 0..m {
-            for j in 0..n {
-                *c.offset(i as isize * rs + j as isize * cs) = 0.0;
-            }
-        }
+        super::gemm::zero(m, n, c, rs, cs);
         return;
     }
     let kc = k.div_ceil(k.div_ceil(bl.kc));
