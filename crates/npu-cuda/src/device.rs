@@ -77,6 +77,8 @@ pub struct Device {
     lt: OnceLock<LtHandle>,
     pub(crate) arch: (i32, i32),
     pub(crate) sms: i32,
+    /// L2 cache bytes.
+    pub(crate) l2_bytes: u64,
     /// Kernels are launched as programmatic dependents of the one before them (compute
     /// capability 9.0 and later, unless `NPU_CUDA_PDL=0`): every kernel of ours starts with
     /// `pdl_enter()` (kernels/common.cuh), which waits for its predecessor before touching
@@ -142,6 +144,10 @@ impl Device {
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| CudaError::driver("SM count", e))?;
+        let l2_bytes = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+            .map_err(|e| CudaError::driver("L2 cache size", e))?
+            .max(0) as u64;
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         lap("context", &mut phases);
         let mut dev = Device {
@@ -150,6 +156,7 @@ impl Device {
             lt: OnceLock::new(),
             arch,
             sms,
+            l2_bytes,
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),

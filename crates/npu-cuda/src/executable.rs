@@ -9,7 +9,7 @@ use crate::graph::Graph;
 use crate::launch::{Arg, KernelLaunch, Launch};
 use crate::loc::{Bases, Loc};
 use crate::lt_call::LT_WORKSPACE;
-use crate::plan::Planner;
+use crate::plan::{Persistent, Planner};
 use crate::state::CudaState;
 use cudarc::driver::{result, CudaEvent};
 use npu_program::program::{IoTensor, Kernel};
@@ -21,6 +21,7 @@ use npu_runtime::{
     downcast_state, match_input, DeviceState, Executable, HostTensor, Result, RuntimeError,
     StepTime, StepTimes,
 };
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
@@ -39,6 +40,8 @@ pub struct CudaExecutable {
     consts: Vec<DevBuf>,
     arena: DevBuf,
     scratch: DevBuf,
+    /// Where in `scratch` the region kept across steps (`plan::persist`) starts.
+    persist_off: u64,
     err: DevBuf,
     /// Page-locked staging per plain input and output (None: state, or no staging).
     in_stage: Vec<Option<Pinned>>,
@@ -55,6 +58,25 @@ pub struct CudaExecutable {
     step_ms: StepTimes,
     provided: Vec<bool>,
     last_gpu_ms: f32,
+}
+
+/// Whether cuBLASLt's candidates are timed with L2 flushed: a replay finds the weights in
+/// DRAM when they outgrow L2 (every run streams them through it), and a candidate timed
+/// against a warm L2 is chosen for bandwidth the run will not have. `NPU_CUDA_LT_COLD=0|1`
+/// overrides the rule, for comparisons.
+fn lt_cold(program: &Program, l2_bytes: u64) -> bool {
+    match std::env::var("NPU_CUDA_LT_COLD").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => {
+            let bytes: u64 = program
+                .weights
+                .iter()
+                .map(|w| (w.shape.iter().product::<usize>() * w.dtype.size_bytes()) as u64)
+                .sum();
+            bytes > l2_bytes
+        }
+    }
 }
 
 impl CudaExecutable {
@@ -128,6 +150,8 @@ impl CudaExecutable {
         };
         let mut steps: Vec<Vec<Launch>> = Vec::with_capacity(program.steps.len());
         let mut scratch_need = 0u64;
+        let lt_cold = lt_cold(&program, dev.l2_bytes);
+        let persist = RefCell::new(Persistent::default());
         for (i, s) in program.steps.iter().enumerate() {
             if steps.len() > i {
                 continue; // folded into an earlier step's launch
@@ -135,7 +159,10 @@ impl CudaExecutable {
             let planner = Planner {
                 dev: &dev,
                 ew: &ew,
+                program: &program,
+                persist: &persist,
                 step: i,
+                lt_cold,
             };
             // A group of steps in one launch: the first step holds it, the others none.
             if let Some((n, p)) = planner.rope_cache(&program.steps[i..]) {
@@ -159,7 +186,10 @@ impl CudaExecutable {
             scratch_need = scratch_need.max(p.scratch);
             steps.push(p.launches);
         }
-        let scratch = DevBuf::zeroed(&dev, (LT_WORKSPACE + scratch_need) as usize, "scratch")?;
+        // The steps' shared scratch, then the region kept across steps.
+        let persist_off = (LT_WORKSPACE + scratch_need).div_ceil(256) * 256;
+        let scratch_bytes = persist_off + persist.into_inner().bytes;
+        let scratch = DevBuf::zeroed(&dev, scratch_bytes as usize, "scratch")?;
         let err = DevBuf::zeroed(&dev, 16, "the error word")?;
         let clear = KernelLaunch {
             func: dev.func("k_clear_err"),
@@ -205,6 +235,7 @@ impl CudaExecutable {
             consts,
             arena,
             scratch,
+            persist_off,
             err,
             in_stage,
             out_stage,
@@ -311,6 +342,7 @@ impl CudaExecutable {
             consts: &consts,
             arena: self.arena.ptr,
             scratch: self.scratch.ptr,
+            persist: self.scratch.ptr + self.persist_off,
             err: self.err.ptr,
         };
         self.clear.relocate(&bases);

@@ -113,6 +113,7 @@ pub(crate) enum LtDest {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_lt(
     dev: &Device,
+    cold: bool,
     a: &TdArg,
     b: &TdArg,
     a_dtype: DType,
@@ -313,6 +314,7 @@ pub(crate) fn plan_lt(
         d_ld,
         d_batch,
         epi_code,
+        i64::from(cold),
     ];
     let problem = Problem {
         handle,
@@ -326,6 +328,7 @@ pub(crate) fn plan_lt(
         ],
         alpha,
         beta: c.map_or(0.0, |(_, beta)| beta),
+        cold,
     };
     let algo = crate::lt_tune::choose(dev, key, &problem);
     let mut call = LtCall {

@@ -9,6 +9,8 @@ pub(crate) enum Loc {
     Slot(Slot, u64),
     /// The executable's scratch buffer at a byte offset.
     Scratch(u64),
+    /// The executable's region for data kept across steps (`plan::persist`) at a byte offset.
+    Persist(u64),
     /// The run's error word.
     Err,
     /// No buffer (an absent optional operand).
@@ -23,6 +25,7 @@ pub(crate) struct Bases<'a> {
     pub consts: &'a [u64],
     pub arena: u64,
     pub scratch: u64,
+    pub persist: u64,
     pub err: u64,
 }
 
@@ -40,6 +43,7 @@ impl Bases<'_> {
                 base + off
             }
             Loc::Scratch(off) => self.scratch + off,
+            Loc::Persist(off) => self.persist + off,
             Loc::Err => self.err,
             Loc::Null => 0,
         }

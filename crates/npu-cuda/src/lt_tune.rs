@@ -7,6 +7,9 @@
 //! and keeps the fastest, unless it beats the heuristic's first by less than [`MARGIN`] (timing
 //! noise should not flip the choice from one process to the next). Results are cached on the
 //! device by everything that describes the matmul, so the 28 layers of a decoder tune once.
+//! Where the program's weights outgrow L2 (`Problem::cold`), each timed launch follows a
+//! flush of L2: back-to-back launches would find a 27 MB weight in L2 and favour a tile
+//! shape that cannot stream it from DRAM, which is where a run finds it.
 //! `NPU_CUDA_LT_TUNE=0` keeps the heuristic's first choice.
 
 use crate::device::Device;
@@ -37,6 +40,9 @@ pub(crate) struct Problem {
     pub alpha: f32,
     /// The C operand's scale (C is timed as D itself, which has its layout).
     pub beta: f32,
+    /// Each timed launch starts with L2 flushed, as a run that streams more weights than L2
+    /// holds finds its operands.
+    pub cold: bool,
 }
 
 fn blas(what: &str, s: ltsys::cublasStatus_t) -> CudaError {
@@ -137,10 +143,18 @@ fn fastest(
     cands: &[ltsys::cublasLtMatmulAlgo_t],
 ) -> CudaResult<ltsys::cublasLtMatmulAlgo_t> {
     dev.bind()?;
-    // A, B, D, the bias vector and the workspace
-    let sizes = [p.bytes[0], p.bytes[1], p.bytes[2], p.bytes[3], LT_WORKSPACE];
+    // A, B, D, the bias vector, the workspace and (cold) a buffer twice L2 to flush it
+    let flush = if p.cold { 2 * dev.l2_bytes } else { 0 };
+    let sizes = [
+        p.bytes[0],
+        p.bytes[1],
+        p.bytes[2],
+        p.bytes[3],
+        LT_WORKSPACE,
+        flush,
+    ];
     let mut bufs = Scratch(Vec::with_capacity(sizes.len()));
-    let mut ptrs = [0u64; 5];
+    let mut ptrs = [0u64; 6];
     for (i, (&n, ptr)) in sizes.iter().zip(&mut ptrs).enumerate() {
         let len = (n as usize).max(256);
         // SAFETY: plain allocation and memset of the new block.
@@ -150,7 +164,7 @@ fn fastest(
         unsafe { result::memset_d8_sync(*ptr, 0, len) }
             .map_err(|e| CudaError::driver("zeroing a tuning operand", e))?;
     }
-    let [a, b, d, bias, ws] = ptrs;
+    let [a, b, d, bias, ws, flush_buf] = ptrs;
     if p.bytes[3] > 0 {
         // SAFETY: a live descriptor and an 8-byte pointer value (reset before each real run).
         unsafe {
@@ -199,16 +213,27 @@ fn fastest(
             times.push(f32::INFINITY);
             continue;
         }
-        e0.record(&dev.stream)
-            .map_err(|e| CudaError::driver("recording an event", e))?;
-        for _ in 0..REPEATS {
-            launch(algo);
+        let mut t = 0.0f32;
+        // Warm: the launches back to back, timed together. Cold: each after a flush.
+        let (rounds, per_round) = if p.cold { (REPEATS, 1) } else { (1, REPEATS) };
+        for _ in 0..rounds {
+            if p.cold {
+                // SAFETY: an allocation of `flush` bytes made above, written on our stream.
+                unsafe { result::memset_d8_async(flush_buf, 1, flush as usize, stream) }
+                    .map_err(|e| CudaError::driver("flushing L2", e))?;
+            }
+            e0.record(&dev.stream)
+                .map_err(|e| CudaError::driver("recording an event", e))?;
+            for _ in 0..per_round {
+                launch(algo);
+            }
+            e1.record(&dev.stream)
+                .map_err(|e| CudaError::driver("recording an event", e))?;
+            e1.synchronize()
+                .map_err(|e| CudaError::driver("timing a matmul candidate", e))?;
+            t += e0.elapsed_ms(&e1).unwrap_or(f32::INFINITY);
         }
-        e1.record(&dev.stream)
-            .map_err(|e| CudaError::driver("recording an event", e))?;
-        e1.synchronize()
-            .map_err(|e| CudaError::driver("timing a matmul candidate", e))?;
-        times.push(e0.elapsed_ms(&e1).unwrap_or(f32::INFINITY));
+        times.push(t);
     }
     let (best, &t) = times
         .iter()

@@ -1,7 +1,8 @@
-//! Launch fusions across steps give what the steps give apart, bit for bit: a residual GEMM
-//! and the normalized GEMM that reads its output (`k_epilogue_rms`), with the switch that
-//! turns the fusion off. Its own test binary: the switch is an environment variable, read at
-//! prepare time, so no other test may prepare concurrently. Skips where there is no device.
+//! Planning across steps gives what the steps give apart: a residual GEMM and the normalized
+//! GEMM that reads its output in one launch (`k_epilogue_rms`), bit for bit against the switch
+//! that turns the fusion off; attention layers sharing a mask's tile flags, against the CPU
+//! backend. Its own test binary: the switch is an environment variable, read at prepare time,
+//! so no other test may prepare concurrently. Skips where there is no device.
 
 use npu_cuda::{CudaBackend, CudaError};
 use npu_ir::DType;
@@ -173,4 +174,109 @@ fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
             );
         }
     }
+}
+
+/// Four prefill attention layers over one arena mask: the first copies mask `a` there, the
+/// third overwrites it with mask `b` (other live key tiles), so the tile flags marked at the
+/// first layer serve the second, must be marked again at the third, and serve the fourth.
+fn shared_mask_program(s: usize, t: usize, d: usize) -> Program {
+    let dense = |slot, shape: &[usize]| bind(slot, 0, shape, &dense_strides(shape));
+    let (q, kv, m, o) = ([1, 2, s, d], [1, 1, t, d], [1, 1, s, t], [1, 2, s, d]);
+    let attention = |out| Step {
+        kernel: Kernel::Attention {
+            scale: 0.125,
+            causal: false,
+        },
+        inputs: vec![
+            dense(Slot::Input(0), &q),
+            dense(Slot::Input(1), &kv),
+            dense(Slot::Input(2), &kv),
+            // the one mask row broadcast over both heads
+            bind(Slot::Arena, 0, &[1, 2, s, t], &[s * t, 0, t, 1]),
+        ],
+        outputs: vec![dense(Slot::Output(out), &o)],
+        origin: "fusion test".into(),
+    };
+    let copy = |from| Step {
+        kernel: Kernel::Copy,
+        inputs: vec![dense(Slot::Input(from), &m)],
+        outputs: vec![dense(Slot::Arena, &m)],
+        origin: "fusion test".into(),
+    };
+    Program {
+        model_name: "attention layers sharing a mask".into(),
+        target: "gpu".into(),
+        compute_dtype: DType::BF16,
+        inputs: vec![
+            io("q", &q),
+            io("k", &kv),
+            io("v", &kv),
+            io("mask_a", &m),
+            io("mask_b", &m),
+        ],
+        outputs: (0..4).map(|i| io(&format!("o{i}"), &o)).collect(),
+        sources: Vec::new(),
+        weights: Vec::new(),
+        constants: Vec::new(),
+        arena_bytes: (s * t * 2) as u64,
+        steps: vec![
+            copy(3),
+            attention(0),
+            attention(1),
+            copy(4),
+            attention(2),
+            attention(3),
+        ],
+    }
+}
+
+#[test]
+fn attention_layers_share_tile_flags_until_the_mask_changes() {
+    let gpu = match CudaBackend::new() {
+        Ok(b) => b,
+        Err(CudaError::NoDevice(why)) => {
+            println!(
+                "SKIP: attention_layers_share_tile_flags_until_the_mask_changes: no CUDA device ({why})"
+            );
+            return;
+        }
+        Err(e) => panic!("the CUDA backend failed to start: {e}"),
+    };
+    let (s, t, d) = (32, 192, 64);
+    let p = shared_mask_program(s, t, d);
+    // mask a attends the first 64-key tile only, mask b the second only
+    let mask = |live: std::ops::Range<usize>| -> Vec<f32> {
+        (0..s * t)
+            .map(|i| if live.contains(&(i % t)) { 0.0 } else { -1e9 })
+            .collect()
+    };
+    let ins = [
+        ("q", values(2 * s * d, 11, 2.0)),
+        ("k", values(t * d, 12, 2.0)),
+        ("v", values(t * d, 13, 2.0)),
+        ("mask_a", mask(0..64)),
+        ("mask_b", mask(64..128)),
+    ]
+    .map(|(n, v)| {
+        let shape = p
+            .inputs
+            .iter()
+            .find(|x| x.name == n)
+            .expect("input")
+            .shape
+            .clone();
+        (n, HostTensor::from_f32_as(DType::BF16, shape, &v))
+    });
+    let g = run(&gpu, &p, &ins);
+    let c = run(&CpuBackend::new(), &p, &ins);
+    for (o, (g, c)) in g.iter().zip(&c).enumerate() {
+        let scale = c.iter().fold(0f32, |s, v| s.max(v.abs()));
+        let worst = g.iter().zip(c).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+        assert!(
+            scale > 0.1 && worst <= 0.02 * scale,
+            "output {o} off the CPU's by {worst} (largest {scale})"
+        );
+    }
+    // the two masks give different layers
+    assert_ne!(g[1], g[2]);
 }

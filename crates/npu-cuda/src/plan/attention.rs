@@ -259,19 +259,28 @@ impl Planner<'_> {
         let (nqt, nkt) = (s.div_ceil(MQ_ROWS), t.div_ceil(MQ_KEYS));
         let mask = ins.get(3);
         let mut launches = Vec::new();
-        let mut scratch = 0;
+        let mut flags = Loc::Null;
         if let Some(m) = mask {
-            // Flags for each distinct (batch, head) row of the mask (broadcast dims count once).
+            // Flags for each distinct (batch, head) row of the mask (broadcast dims count
+            // once), marked by the first layer that reads this mask and kept for the others.
             let nb = if m.strides[0] != 0 { b } else { 1 };
             let nh = if m.strides[1] != 0 { h } else { 1 };
-            scratch = align((nb * nh * nqt * nkt) as u64);
-            launches.push(kl(
-                self.f("k_attn_tiles"),
-                (nkt as u32, nqt as u32, (nb * nh) as u32),
-                256,
-                0,
-                vec![Arg::Td(TdArg::of(m)), Arg::Ptr(0, Loc::Scratch(SCRATCH0))],
-            ));
+            let params = [nb, nh, nqt, nkt].map(|x| x as i64);
+            let bytes = (nb * nh * nqt * nkt) as u64;
+            let d = self
+                .persist
+                .borrow_mut()
+                .derive(self.program, m, &params, bytes, self.step);
+            flags = Loc::Persist(d.off);
+            if d.compute {
+                launches.push(kl(
+                    self.f("k_attn_tiles"),
+                    (nkt as u32, nqt as u32, (nb * nh) as u32),
+                    256,
+                    0,
+                    vec![Arg::Td(TdArg::of(m)), Arg::Ptr(0, flags)],
+                ));
+            }
         }
         launches.push(kl(
             self.f("k_attn_mma"),
@@ -288,11 +297,11 @@ impl Planner<'_> {
                 Arg::I32(i32::from(causal)),
                 Arg::F32(scale),
                 Arg::I32((h / kvh) as i32),
-                Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
+                Arg::Ptr(0, flags),
                 Arg::I32(nkt as i32),
                 Arg::Td(TdArg::of(out)),
             ],
         ));
-        Some(StepPlan { launches, scratch })
+        Some(launches.into())
     }
 }

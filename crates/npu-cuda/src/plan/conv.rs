@@ -166,6 +166,7 @@ impl Planner<'_> {
             let lt = if w_dense {
                 plan_lt(
                     self.dev,
+                    self.lt_cold,
                     &wa,
                     &colb,
                     wdt,
@@ -269,6 +270,7 @@ impl Planner<'_> {
             .laid_out(&[n as i64, og as i64, cg as i64], &[0, cg as i64, 1]);
         plan_lt(
             self.dev,
+            self.lt_cold,
             &a,
             &b,
             w.dtype,

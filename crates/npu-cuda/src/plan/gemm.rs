@@ -183,6 +183,7 @@ impl Planner<'_> {
             let lt = |dest| {
                 plan_lt(
                     self.dev,
+                    self.lt_cold,
                     &an,
                     &bn,
                     a_dtype,
@@ -265,6 +266,7 @@ impl Planner<'_> {
         }
         let call = plan_lt(
             self.dev,
+            self.lt_cold,
             &g.an,
             &g.bn,
             g.a_dtype,

@@ -12,6 +12,7 @@ mod conv_cl;
 mod epilogue_norm;
 mod gather;
 mod gemm;
+mod persist;
 mod pointwise;
 mod pool;
 mod rope_cache;
@@ -21,8 +22,11 @@ use crate::device::{Device, Func};
 use crate::launch::{unary_code, Arg, KernelLaunch, Launch, TdArg};
 use crate::lt_call::LT_WORKSPACE;
 use conv::ConvP;
-use npu_program::program::{Binding, Kernel, Step};
+use npu_program::program::{Binding, Kernel, Program, Step};
+use std::cell::RefCell;
 use std::collections::HashMap;
+
+pub(crate) use persist::Persistent;
 
 /// What one step needs: its launches and the scratch bytes past the cuBLASLt workspace.
 pub(crate) struct StepPlan {
@@ -43,7 +47,13 @@ impl From<Vec<Launch>> for StepPlan {
 pub(crate) struct Planner<'a> {
     pub dev: &'a Device,
     pub ew: &'a HashMap<String, Func>,
+    pub program: &'a Program,
+    /// The region kept across steps, laid out as the steps are planned in order.
+    pub persist: &'a RefCell<Persistent>,
     pub step: usize,
+    /// cuBLASLt candidates are timed with L2 flushed (`lt_tune`): the program's weights
+    /// outgrow L2, so a run reads them from DRAM.
+    pub lt_cold: bool,
 }
 
 /// Where a step's scratch starts: past the cuBLASLt workspace.
