@@ -108,14 +108,16 @@ impl Planner<'_> {
     }
 
     /// `k_attn_combine` over `rows` output rows of `nsplit` partials each (in the step's
-    /// scratch), 128 threads. Tried with groups of `d` threads sharing the splits (256-1024
+    /// scratch): a block per row and 32 dims, 256 threads (eight warps sharing the splits).
+    /// Tried before with one block per row of `d` threads per group of splits (256-1024
     /// threads) together with an early copy of `k_attn_dec_mma`'s first tile: decode got
     /// slower (H100, 1000 of 2048: 2.28 -> 2.39 ms; 32000: 2.85 -> 2.95), the two not separated.
     fn combine(&self, rows: usize, nsplit: usize, out: &Binding) -> Launch {
+        let d = out.shape[out.shape.len() - 1];
         kl(
             self.f("k_attn_combine"),
-            (rows as u32, 1, 1),
-            128,
+            (rows as u32, d.div_ceil(32) as u32, 1),
+            256,
             0,
             vec![
                 Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
