@@ -112,40 +112,63 @@ fn run(b: &dyn Backend, p: &Program, ins: &[(&str, HostTensor)]) -> Vec<Vec<f32>
     out.iter().map(|(_, t)| t.to_f32_vec()).collect()
 }
 
-#[test]
-fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
-    let gpu = match CudaBackend::new() {
-        Ok(b) => b,
+/// The CUDA backend, or None after printing the test's SKIP line where there is no device.
+fn device_or_skip(test: &str) -> Option<CudaBackend> {
+    match CudaBackend::new() {
+        Ok(b) => Some(b),
         Err(CudaError::NoDevice(why)) => {
-            println!(
-                "SKIP: residual_epilogue_and_rms_norm_fuse_bit_for_bit: no CUDA device ({why})"
-            );
-            return;
+            println!("SKIP: {test}: no CUDA device ({why})");
+            None
         }
         Err(e) => panic!("the CUDA backend failed to start: {e}"),
+    }
+}
+
+/// `p`'s inputs by name from f32 values, as bf16 tensors of the shapes `p` declares.
+fn inputs<const N: usize>(
+    p: &Program,
+    values: [(&'static str, Vec<f32>); N],
+) -> [(&'static str, HostTensor); N] {
+    values.map(|(n, v)| {
+        let t = p.inputs.iter().find(|t| t.name == n).expect("input");
+        (n, HostTensor::from_f32_as(DType::BF16, t.shape.clone(), &v))
+    })
+}
+
+/// Every output within five bf16 steps (2^-8) of the largest value of the CPU backend's:
+/// the backends sum in other orders, so roundings may differ by a step.
+fn assert_near_cpu(what: &str, p: &Program, ins: &[(&str, HostTensor)], got: &[Vec<f32>]) {
+    let cpu = run(&CpuBackend::new(), p, ins);
+    for (o, (g, c)) in got.iter().zip(&cpu).enumerate() {
+        let scale = c.iter().fold(0f32, |s, v| s.max(v.abs()));
+        let worst = g.iter().zip(c).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+        assert!(
+            scale > 0.0 && worst <= 0.02 * scale,
+            "{what}: output {o} off the CPU's by {worst} (largest {scale})"
+        );
+    }
+}
+
+#[test]
+fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
+    let Some(gpu) = device_or_skip("residual_epilogue_and_rms_norm_fuse_bit_for_bit") else {
+        return;
     };
     // cuBLASLt's first heuristic algorithm for both prepares (tuning times candidates, and
     // two timings may pick different ones)
     std::env::set_var("NPU_CUDA_LT_TUNE", "0");
     for (m, k0, n0, n1) in [(128, 512, 1536, 640), (37, 256, 264, 96)] {
         let p = pair_program(m, k0, n0, n1);
-        let ins = [
-            ("x", values(m * k0, 1, 2.0)),
-            ("w0", values(n0 * k0, 2, 0.2)),
-            ("r", values(m * n0, 3, 4.0)),
-            ("nw", values(n0, 4, 2.0)),
-            ("w1", values(n1 * n0, 5, 0.2)),
-        ]
-        .map(|(n, v)| {
-            let shape = p
-                .inputs
-                .iter()
-                .find(|t| t.name == n)
-                .expect("input")
-                .shape
-                .clone();
-            (n, HostTensor::from_f32_as(DType::BF16, shape, &v))
-        });
+        let ins = inputs(
+            &p,
+            [
+                ("x", values(m * k0, 1, 2.0)),
+                ("w0", values(n0 * k0, 2, 0.2)),
+                ("r", values(m * n0, 3, 4.0)),
+                ("nw", values(n0, 4, 2.0)),
+                ("w1", values(n1 * n0, 5, 0.2)),
+            ],
+        );
         std::env::remove_var("NPU_CUDA_FUSE_NORM");
         let fused = run(&gpu, &p, &ins);
         std::env::set_var("NPU_CUDA_FUSE_NORM", "0");
@@ -162,17 +185,8 @@ fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
                 "{m}x{k0}x{n0}x{n1}: output {o} differs in {diff} elements"
             );
         }
-        // and both agree with the CPU backend within five bf16 steps (2^-8) of the largest
-        // value: the GEMMs sum in other orders, so roundings may differ by a step
-        let cpu = run(&CpuBackend::new(), &p, &ins);
-        for (o, (g, c)) in fused.iter().zip(&cpu).enumerate() {
-            let scale = c.iter().fold(0f32, |s, v| s.max(v.abs()));
-            let worst = g.iter().zip(c).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
-            assert!(
-                worst <= 0.02 * scale,
-                "{m}x{k0}x{n0}x{n1}: output {o} off the CPU's by {worst} (largest {scale})"
-            );
-        }
+        // and both agree with the CPU backend
+        assert_near_cpu(&format!("{m}x{k0}x{n0}x{n1}"), &p, &ins, &fused);
     }
 }
 
@@ -232,15 +246,9 @@ fn shared_mask_program(s: usize, t: usize, d: usize) -> Program {
 
 #[test]
 fn attention_layers_share_tile_flags_until_the_mask_changes() {
-    let gpu = match CudaBackend::new() {
-        Ok(b) => b,
-        Err(CudaError::NoDevice(why)) => {
-            println!(
-                "SKIP: attention_layers_share_tile_flags_until_the_mask_changes: no CUDA device ({why})"
-            );
-            return;
-        }
-        Err(e) => panic!("the CUDA backend failed to start: {e}"),
+    let Some(gpu) = device_or_skip("attention_layers_share_tile_flags_until_the_mask_changes")
+    else {
+        return;
     };
     let (s, t, d) = (32, 192, 64);
     let p = shared_mask_program(s, t, d);
@@ -250,33 +258,18 @@ fn attention_layers_share_tile_flags_until_the_mask_changes() {
             .map(|i| if live.contains(&(i % t)) { 0.0 } else { -1e9 })
             .collect()
     };
-    let ins = [
-        ("q", values(2 * s * d, 11, 2.0)),
-        ("k", values(t * d, 12, 2.0)),
-        ("v", values(t * d, 13, 2.0)),
-        ("mask_a", mask(0..64)),
-        ("mask_b", mask(64..128)),
-    ]
-    .map(|(n, v)| {
-        let shape = p
-            .inputs
-            .iter()
-            .find(|x| x.name == n)
-            .expect("input")
-            .shape
-            .clone();
-        (n, HostTensor::from_f32_as(DType::BF16, shape, &v))
-    });
+    let ins = inputs(
+        &p,
+        [
+            ("q", values(2 * s * d, 11, 2.0)),
+            ("k", values(t * d, 12, 2.0)),
+            ("v", values(t * d, 13, 2.0)),
+            ("mask_a", mask(0..64)),
+            ("mask_b", mask(64..128)),
+        ],
+    );
     let g = run(&gpu, &p, &ins);
-    let c = run(&CpuBackend::new(), &p, &ins);
-    for (o, (g, c)) in g.iter().zip(&c).enumerate() {
-        let scale = c.iter().fold(0f32, |s, v| s.max(v.abs()));
-        let worst = g.iter().zip(c).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
-        assert!(
-            scale > 0.1 && worst <= 0.02 * scale,
-            "output {o} off the CPU's by {worst} (largest {scale})"
-        );
-    }
+    assert_near_cpu("attention layers", &p, &ins, &g);
     // the two masks give different layers
     assert_ne!(g[1], g[2]);
 }
