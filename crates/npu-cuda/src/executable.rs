@@ -9,10 +9,10 @@ use crate::graph::Graph;
 use crate::launch::{Arg, KernelLaunch, Launch};
 use crate::loc::{Bases, Loc};
 use crate::lt_call::LT_WORKSPACE;
-use crate::plan::{Persistent, Planner};
+use crate::plan::{align, Persistent, Planner};
 use crate::state::CudaState;
 use cudarc::driver::{result, CudaEvent};
-use npu_program::program::{IoTensor, Kernel};
+use npu_program::program::{IoTensor, Kernel, Slot};
 use npu_program::Program;
 use npu_runtime::prepare::{self, io_bytes, IoPlan};
 use npu_runtime::tensor::cast_bytes;
@@ -69,11 +69,9 @@ fn lt_cold(program: &Program, l2_bytes: u64) -> bool {
         Ok("0") => false,
         Ok("1") => true,
         _ => {
-            let bytes: u64 = program
-                .weights
-                .iter()
-                .map(|w| (w.shape.iter().product::<usize>() * w.dtype.size_bytes()) as u64)
-                .sum();
+            let bytes: u64 = (0..program.weights.len() as u32)
+                .filter_map(|i| program.slot_bytes(Slot::Weight(i)))
+                .fold(0, u64::saturating_add);
             bytes > l2_bytes
         }
     }
@@ -187,7 +185,7 @@ impl CudaExecutable {
             steps.push(p.launches);
         }
         // The steps' shared scratch, then the region kept across steps.
-        let persist_off = (LT_WORKSPACE + scratch_need).div_ceil(256) * 256;
+        let persist_off = align(LT_WORKSPACE + scratch_need);
         let scratch_bytes = persist_off + persist.into_inner().bytes;
         let scratch = DevBuf::zeroed(&dev, scratch_bytes as usize, "scratch")?;
         let err = DevBuf::zeroed(&dev, 16, "the error word")?;

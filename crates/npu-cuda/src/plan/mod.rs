@@ -59,7 +59,8 @@ pub(crate) struct Planner<'a> {
 /// Where a step's scratch starts: past the cuBLASLt workspace.
 const SCRATCH0: u64 = LT_WORKSPACE;
 
-fn align(x: u64) -> u64 {
+/// `x` rounded up to 256 bytes, the alignment of every scratch region.
+pub(crate) fn align(x: u64) -> u64 {
     x.div_ceil(256) * 256
 }
 
