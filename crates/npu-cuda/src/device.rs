@@ -50,6 +50,25 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_act_rows16",
 ];
 
+/// Kernels with an instance per 16-bit float dtype besides the generic one (kernels/common.cuh,
+/// `dt_of`): generic, bf16, f16. `Planner::f_dt` picks among them.
+pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
+    ["k_rope_cache", "k_rope_cache_bf16", "k_rope_cache_f16"],
+    ["k_rope_cache8", "k_rope_cache8_bf16", "k_rope_cache8_f16"],
+    ["k_rms_norm", "k_rms_norm_bf16", "k_rms_norm_f16"],
+    [
+        "k_epilogue_rms",
+        "k_epilogue_rms_bf16",
+        "k_epilogue_rms_f16",
+    ],
+];
+
+/// Every function of the kernel library: `LIBRARY_KERNELS` and the dtype instances.
+fn library_functions() -> Vec<&'static str> {
+    let instances = DTYPE_INSTANCES.iter().flat_map(|[_, b, f]| [*b, *f]);
+    LIBRARY_KERNELS.iter().copied().chain(instances).collect()
+}
+
 pub(crate) fn library_source() -> String {
     [
         crate::elementwise::common_source().as_str(),
@@ -89,6 +108,9 @@ pub struct Device {
     /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
     /// unless `NPU_CUDA_DEC_MMA=0` (then `k_attn_dec`, for comparisons).
     pub(crate) dec_mma: bool,
+    /// Kernels in `DTYPE_INSTANCES` take their per-dtype instance where the operands allow,
+    /// unless `NPU_CUDA_DTYPE_KERNELS=0` (then the generic one, for comparisons).
+    pub(crate) dtype_kernels: bool,
     /// The algorithm chosen per matmul description (`None`: cuBLASLt supports none).
     pub(crate) lt_algos:
         Mutex<HashMap<crate::lt_tune::TuneKey, Option<ltsys::cublasLtMatmulAlgo_t>>>,
@@ -160,6 +182,7 @@ impl Device {
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
+            dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
             lt_algos: Mutex::new(HashMap::new()),
             name,
             library: HashMap::new(),
@@ -167,8 +190,9 @@ impl Device {
             generated: Mutex::new(HashMap::new()),
             startup: Mutex::new(Vec::new()),
         };
-        let funcs = dev.load(&library_source(), "the kernel library", LIBRARY_KERNELS)?;
-        for (name, f) in LIBRARY_KERNELS.iter().zip(funcs) {
+        let names = library_functions();
+        let funcs = dev.load(&library_source(), "the kernel library", &names)?;
+        for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
         for k in ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"] {
@@ -382,12 +406,24 @@ mod tests {
         missing
     }
 
+    /// Every dtype instance is a kernel of the library source, and its generic one is listed.
+    #[test]
+    fn dtype_instances_are_in_the_library() {
+        let lib = super::library_source();
+        for inst in super::DTYPE_INSTANCES {
+            assert!(super::LIBRARY_KERNELS.contains(&inst[0]), "{}", inst[0]);
+            for n in inst {
+                assert!(lib.contains(&format!("__global__ void {n}(")), "{n}");
+            }
+        }
+    }
+
     /// Launches are programmatic (`Device::pdl`), which is only sound when every kernel waits
     /// for its predecessor before touching memory.
     #[test]
     fn every_kernel_enters_through_pdl() {
         let lib = super::library_source();
-        assert!(lib.matches("__global__").count() >= super::LIBRARY_KERNELS.len());
+        assert!(lib.matches("__global__").count() >= super::library_functions().len());
         assert_eq!(kernels_without_pdl_enter(&lib), Vec::<String>::new());
         let b = npu_program::program::Binding {
             slot: npu_program::program::Slot::Arena,

@@ -45,8 +45,8 @@ __device__ __forceinline__ bool index_copy_at(const TD& index, const TD& src, co
   *so = 0;
   *dof = 0;
   for (int d = src.rank - 1; d >= 0; --d) {
-    i64 ix = lin % src.sh[d];
-    lin /= src.sh[d];
+    i64 ix = imod(lin, src.sh[d]);
+    lin = idiv(lin, src.sh[d]);
     *so += ix * src.st[d];
     i64 di = ix;
     if (d == axis) {
@@ -58,6 +58,8 @@ __device__ __forceinline__ bool index_copy_at(const TD& index, const TD& src, co
   return ok;
 }
 
+// DT as in dt_of: src and dest both of dtype DT where DT >= 0.
+template <int DT>
 __device__ __forceinline__ void index_copy_elem(const TD& index, const TD& src, const TD& dest, int axis, i64 e,
                                                 int* err, int step) {
   i64 so, dof;
@@ -65,37 +67,41 @@ __device__ __forceinline__ void index_copy_elem(const TD& index, const TD& src, 
     report(err, step);
     return;
   }
-  if (!is_float_dt(src.dt) && !is_float_dt(dest.dt)) sti_dt(dest.ptr, dest.dt, dof, ldi_dt(src.ptr, src.dt, so));
-  else st(dest, dof, ld(src, so));
+  const int sd = dt_of<DT>(src), dd = dt_of<DT>(dest);
+  if (!is_float_dt(sd) && !is_float_dt(dd)) sti_dt(dest.ptr, dd, dof, ldi_dt(src.ptr, sd, so));
+  else st_dt(dest.ptr, dd, dof, ld_dt(src.ptr, sd, so));
 }
 
 // dest[.., index[i], ..] = src[.., i, ..] along `axis`.
 extern "C" __global__ void k_index_copy(TD index, TD src, TD dest, int axis, i64 n, int* err, int step) {
   pdl_enter();
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x)
-    index_copy_elem(index, src, dest, axis, e, err, step);
+    index_copy_elem<-1>(index, src, dest, axis, e, err, step);
 }
 
 // Element e of rotate-half RoPE, x * cos + rotate_half(x) * sin, stored at out's element e;
-// returns the stored (rounded) value.
+// returns the stored (rounded) value. DT as in dt_of: x, c, s and out of dtype DT where DT >= 0.
+template <int DT>
 __device__ __forceinline__ float rope_elem(const TD& x, const TD& c, const TD& s, const TD& out, i64 e) {
   int r = x.rank;
   i64 d = x.sh[r - 1], h = d / 2;
-  i64 row = e / d, i = e % d;
+  i64 row = idiv(e, d), i = e - row * d;
   i64 xo = offset_lead(x, r - 1, row);
-  float xv = ld(x, xo + i * x.st[r - 1]);
-  float rot = i < h ? -ld(x, xo + (i + h) * x.st[r - 1]) : ld(x, xo + (i - h) * x.st[r - 1]);
-  float cv = ld(c, offset_lead(c, r - 1, row) + i * c.st[r - 1]);
-  float sv = ld(s, offset_lead(s, r - 1, row) + i * s.st[r - 1]);
-  float v = round_dt(out.dt, xv * cv + rot * sv);
-  st(out, offset_lead(out, r - 1, row) + i * out.st[r - 1], v);
+  const int xd = dt_of<DT>(x);
+  float xv = ld_dt(x.ptr, xd, xo + i * x.st[r - 1]);
+  float rot = i < h ? -ld_dt(x.ptr, xd, xo + (i + h) * x.st[r - 1]) : ld_dt(x.ptr, xd, xo + (i - h) * x.st[r - 1]);
+  float cv = ld_dt(c.ptr, dt_of<DT>(c), offset_lead(c, r - 1, row) + i * c.st[r - 1]);
+  float sv = ld_dt(s.ptr, dt_of<DT>(s), offset_lead(s, r - 1, row) + i * s.st[r - 1]);
+  const int od = dt_of<DT>(out);
+  float v = round_dt(od, xv * cv + rot * sv);
+  st_dt(out.ptr, od, offset_lead(out, r - 1, row) + i * out.st[r - 1], v);
   return v;
 }
 
 extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
   pdl_enter();
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x)
-    rope_elem(x, c, s, out, e);
+    rope_elem<-1>(x, c, s, out, e);
 }
 
 // One attention layer's RoPE and KV-cache steps in one launch (plan/rope_cache.rs picks the
@@ -106,35 +112,48 @@ extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
 //   part 2, n2 elements: dest2[.., idx2[i], ..] = src2[.., i, ..]    (the values, into the cache)
 // The cache gets the rounded value out1 holds, as an index_copy reading out1 back would. An
 // index out of range reports step1 (the keys' index_copy) or step2 (the values').
+// Instances: k_rope_cache[8] reads every dtype at run time, k_rope_cache[8]_bf16 / _f16 take
+// every operand but the indices in that dtype (the planner checks).
+// The kernels' parameters (T: TD) and their bodies' (T: const TD&, which keeps the descriptors
+// in parameter space: taken by value, the instanced bodies copied them to local memory).
+#define ROPE_CACHE_PARAMS_T(T)                                                                          \
+  T x0, T c0, T s0, T out0, i64 n0, T x1, T c1, T s1, T out1, i64 n1, int scatter1, T idx1, T dest1, int axis1, \
+      T idx2, T src2, T dest2, int axis2, i64 n2, int *err, int step1, int step2
+#define ROPE_CACHE_PARAMS ROPE_CACHE_PARAMS_T(TD)
+#define ROPE_CACHE_ARGS \
+  x0, c0, s0, out0, n0, x1, c1, s1, out1, n1, scatter1, idx1, dest1, axis1, idx2, src2, dest2, axis2, n2, err, step1, step2
+
 // rope_elem for 8 elements i .. i+7 of a row's first half and their partners i+h ..: item
 // `item` of the row-major walk over (rows, h / 8), 16-byte loads all issued before use. Needs
 // 16-bit x, c, s and out with contiguous, 16-byte aligned rows and d % 16 == 0 (the planner
 // checks). Stores both chunks; lo/hi get the stored values, *k the flat index of lo[0].
+template <int DT>
 __device__ __forceinline__ void rope_pair8(const TD& x, const TD& c, const TD& s, const TD& out, i64 item, float* lo,
                                            float* hi, i64* k) {
   const int r = x.rank;
   const i64 d = x.sh[r - 1], h = d / 2, per = h / 8;
-  const i64 row = item / per, i = (item - row * per) * 8;
+  const i64 row = idiv(item, per), i = (item - row * per) * 8;
   const unsigned short* xp = (const unsigned short*)x.ptr + offset_lead(x, r - 1, row) + i;
   const unsigned short* cp = (const unsigned short*)c.ptr + offset_lead(c, r - 1, row) + i;
   const unsigned short* sp = (const unsigned short*)s.ptr + offset_lead(s, r - 1, row) + i;
   const uint4 u[6] = {*(const uint4*)xp, *(const uint4*)(xp + h), *(const uint4*)cp,
                       *(const uint4*)(cp + h), *(const uint4*)sp, *(const uint4*)(sp + h)};
   float xl[8], xh[8], cl[8], ch[8], sl[8], sh[8];
-  unpack8(u[0], x.dt, xl);
-  unpack8(u[1], x.dt, xh);
-  unpack8(u[2], c.dt, cl);
-  unpack8(u[3], c.dt, ch);
-  unpack8(u[4], s.dt, sl);
-  unpack8(u[5], s.dt, sh);
+  unpack8(u[0], dt_of<DT>(x), xl);
+  unpack8(u[1], dt_of<DT>(x), xh);
+  unpack8(u[2], dt_of<DT>(c), cl);
+  unpack8(u[3], dt_of<DT>(c), ch);
+  unpack8(u[4], dt_of<DT>(s), sl);
+  unpack8(u[5], dt_of<DT>(s), sh);
+  const int od = dt_of<DT>(out);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    lo[j] = round_dt(out.dt, xl[j] * cl[j] + (-xh[j]) * sl[j]);
-    hi[j] = round_dt(out.dt, xh[j] * ch[j] + xl[j] * sh[j]);
+    lo[j] = round_dt(od, xl[j] * cl[j] + (-xh[j]) * sl[j]);
+    hi[j] = round_dt(od, xh[j] * ch[j] + xl[j] * sh[j]);
   }
   const u64 op = out.ptr + 2 * (u64)(offset_lead(out, r - 1, row) + i);
-  st8(op, out.dt, 0, lo);
-  st8(op + 2 * (u64)h, out.dt, 0, hi);
+  st8(op, od, 0, lo);
+  st8(op + 2 * (u64)h, od, 0, hi);
   *k = row * d + i;
 }
 
@@ -154,52 +173,54 @@ __device__ __forceinline__ void index_copy8(const TD& index, const TD& src, cons
 // for every part): 16 rotated elements for parts 0 and 1, 8 copied for part 2; the cache gets
 // the keys as eight-element stores of the rounded values. A kernel of its own: with this path
 // as a branch of k_rope_cache, its one-element walk (a decode step's) ran 11.0 -> 14.8 us.
-extern "C" __global__ void k_rope_cache8(TD x0, TD c0, TD s0, TD out0, i64 n0, TD x1, TD c1, TD s1, TD out1, i64 n1,
-                                         int scatter1, TD idx1, TD dest1, int axis1, TD idx2, TD src2, TD dest2,
-                                         int axis2, i64 n2, int* err, int step1, int step2) {
-  pdl_enter();
+template <int DT>
+__device__ __forceinline__ void rope_cache8_body(ROPE_CACHE_PARAMS_T(const TD&)) {
   const i64 a0 = n0 / 16, a1 = n1 / 16, items = a0 + a1 + n2 / 8;
   for (i64 it = blockIdx.x * (i64)blockDim.x + threadIdx.x; it < items; it += (i64)gridDim.x * blockDim.x) {
     float lo[8], hi[8];
     i64 k;
     if (it < a0) {
-      rope_pair8(x0, c0, s0, out0, it, lo, hi, &k);
+      rope_pair8<DT>(x0, c0, s0, out0, it, lo, hi, &k);
     } else if (it < a0 + a1) {
-      rope_pair8(x1, c1, s1, out1, it - a0, lo, hi, &k);
+      rope_pair8<DT>(x1, c1, s1, out1, it - a0, lo, hi, &k);
       if (!scatter1) continue;
       const i64 h = out1.sh[out1.rank - 1] / 2;
+      const int dd = dt_of<DT>(dest1);
       i64 so, dof;
-      if (index_copy_at(idx1, out1, dest1, axis1, k, &so, &dof)) st8(dest1.ptr + 2 * (u64)dof, dest1.dt, 0, lo);
+      if (index_copy_at(idx1, out1, dest1, axis1, k, &so, &dof)) st8(dest1.ptr + 2 * (u64)dof, dd, 0, lo);
       else report(err, step1);
-      if (index_copy_at(idx1, out1, dest1, axis1, k + h, &so, &dof)) st8(dest1.ptr + 2 * (u64)dof, dest1.dt, 0, hi);
+      if (index_copy_at(idx1, out1, dest1, axis1, k + h, &so, &dof)) st8(dest1.ptr + 2 * (u64)dof, dd, 0, hi);
       else report(err, step1);
     } else {
       index_copy8(idx2, src2, dest2, axis2, (it - a0 - a1) * 8, err, step2);
     }
   }
 }
+extern "C" __global__ void k_rope_cache8(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<-1>(ROPE_CACHE_ARGS); }
+extern "C" __global__ void k_rope_cache8_bf16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<DT_BF16>(ROPE_CACHE_ARGS); }
+extern "C" __global__ void k_rope_cache8_f16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<DT_F16>(ROPE_CACHE_ARGS); }
 
-extern "C" __global__ void k_rope_cache(TD x0, TD c0, TD s0, TD out0, i64 n0, TD x1, TD c1, TD s1, TD out1, i64 n1,
-                                        int scatter1, TD idx1, TD dest1, int axis1, TD idx2, TD src2, TD dest2,
-                                        int axis2, i64 n2, int* err, int step1, int step2) {
-  pdl_enter();
+template <int DT>
+__device__ __forceinline__ void rope_cache_body(ROPE_CACHE_PARAMS_T(const TD&)) {
   for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < n0 + n1 + n2; e += (i64)gridDim.x * blockDim.x) {
     if (e < n0) {
-      rope_elem(x0, c0, s0, out0, e);
+      rope_elem<DT>(x0, c0, s0, out0, e);
     } else if (e < n0 + n1) {
       i64 k = e - n0;
-      float v = rope_elem(x1, c1, s1, out1, k);
+      float v = rope_elem<DT>(x1, c1, s1, out1, k);
       i64 so, dof;
       if (!scatter1) continue;
-      if (index_copy_at(idx1, out1, dest1, axis1, k, &so, &dof)) st(dest1, dof, v);
+      if (index_copy_at(idx1, out1, dest1, axis1, k, &so, &dof)) st_dt(dest1.ptr, dt_of<DT>(dest1), dof, v);
       else report(err, step1);
     } else {
-      index_copy_elem(idx2, src2, dest2, axis2, e - n0 - n1, err, step2);
+      index_copy_elem<DT>(idx2, src2, dest2, axis2, e - n0 - n1, err, step2);
     }
   }
 }
+extern "C" __global__ void k_rope_cache(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache_body<-1>(ROPE_CACHE_ARGS); }
+extern "C" __global__ void k_rope_cache_bf16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache_body<DT_BF16>(ROPE_CACHE_ARGS); }
+extern "C" __global__ void k_rope_cache_f16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache_body<DT_F16>(ROPE_CACHE_ARGS); }
 
-// One block per row of the last dim.
 extern "C" __global__ void k_softmax(TD x, TD mask, int has_mask, float scale, TD out) {
   pdl_enter();
   int r = x.rank;
@@ -251,13 +272,15 @@ __device__ __forceinline__ bool rms_rows16(const TD& x, const TD& w, const TD& o
          (x.ptr % 16) == 0 && (w.ptr % 16) == 0 && (out.ptr % 16) == 0;
 }
 
-extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
-  pdl_enter();
+// DT as in dt_of: x, w and out of dtype DT where DT >= 0.
+template <int DT>
+__device__ __forceinline__ void rms_norm_body(const TD& x, const TD& w, float eps, const TD& out) {
   int r = x.rank;
   i64 d = x.sh[r - 1], row = blockIdx.x;
   i64 xo = offset_lead(x, r - 1, row), oo = offset_lead(out, r - 1, row);
   i64 xs = x.st[r - 1], ws = w.st[w.rank - 1], os = out.st[r - 1];
   int nt = blockDim.x, t = threadIdx.x;
+  const int xd = dt_of<DT>(x), wd = dt_of<DT>(w), od = dt_of<DT>(out);
   if (rms_rows16(x, w, out, d, xo, oo, nt)) {
     const int c8 = (int)(d / 8);
     const uint4* xp = (const uint4*)((const unsigned short*)x.ptr + xo);
@@ -274,7 +297,7 @@ extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
     for (int j = 0; j < RN8; ++j) {
       if (t + j * nt < c8) {
         float v[8];
-        unpack8(xr[j], x.dt, v);
+        unpack8(xr[j], xd, v);
 #pragma unroll
         for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
       }
@@ -287,11 +310,11 @@ extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
       const int c = t + j * nt;
       if (c < c8) {
         float v[8], wv[8], y[8];
-        unpack8(xr[j], x.dt, v);
-        unpack8(wr[j], w.dt, wv);
+        unpack8(xr[j], xd, v);
+        unpack8(wr[j], wd, wv);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) y[i] = round_dt(out.dt, v[i] * inv) * wv[i];
-        st8(op, out.dt, c, y);
+        for (int i = 0; i < 8; ++i) y[i] = round_dt(od, v[i] * inv) * wv[i];
+        st8(op, od, c, y);
       }
     }
     return;
@@ -303,14 +326,14 @@ extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
 #pragma unroll
     for (int j = 0; j < RN_MAX; ++j) {
       i64 i = t + (i64)j * nt;
-      xv[j] = i < d ? ld(x, xo + i * xs) : 0.0f;
-      wv[j] = i < d ? ld(w, i * ws) : 0.0f;
+      xv[j] = i < d ? ld_dt(x.ptr, xd, xo + i * xs) : 0.0f;
+      wv[j] = i < d ? ld_dt(w.ptr, wd, i * ws) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < RN_MAX; ++j) ss += xv[j] * xv[j];
   } else {
     for (i64 i = t; i < d; i += nt) {
-      float v = ld(x, xo + i * xs);
+      float v = ld_dt(x.ptr, xd, xo + i * xs);
       ss += v * v;
     }
   }
@@ -320,15 +343,18 @@ extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) {
 #pragma unroll
     for (int j = 0; j < RN_MAX; ++j) {
       i64 i = t + (i64)j * nt;
-      if (i < d) st(out, oo + i * os, round_dt(out.dt, xv[j] * inv) * wv[j]);
+      if (i < d) st_dt(out.ptr, od, oo + i * os, round_dt(od, xv[j] * inv) * wv[j]);
     }
   } else {
     for (i64 i = t; i < d; i += nt) {
-      float v = ld(x, xo + i * xs);
-      st(out, oo + i * os, round_dt(out.dt, v * inv) * ld(w, i * ws));
+      float v = ld_dt(x.ptr, xd, xo + i * xs);
+      st_dt(out.ptr, od, oo + i * os, round_dt(od, v * inv) * ld_dt(w.ptr, wd, i * ws));
     }
   }
 }
+extern "C" __global__ void k_rms_norm(TD x, TD w, float eps, TD out) { pdl_enter(); rms_norm_body<-1>(x, w, eps, out); }
+extern "C" __global__ void k_rms_norm_bf16(TD x, TD w, float eps, TD out) { pdl_enter(); rms_norm_body<DT_BF16>(x, w, eps, out); }
+extern "C" __global__ void k_rms_norm_f16(TD x, TD w, float eps, TD out) { pdl_enter(); rms_norm_body<DT_F16>(x, w, eps, out); }
 
 extern "C" __global__ void k_layer_norm(TD x, TD w, TD b, int hw, int hb, float eps, TD out) {
   pdl_enter();

@@ -90,12 +90,14 @@ extern "C" __global__ void k_epilogue(const float* c, i64 cbs, TD bias, int has_
 // checks. Only the chunks a thread owns are loaded, all before any is used: loads behind the
 // dtype switches of the arithmetic waited for it (ncu: 14.8 us a 1536-wide row of a prefill,
 // where the two kernels took 7.4 + 6.2).
-extern "C" __global__ void k_epilogue_rms(const float* c, TD bias, int mode, float beta, TD out, TD w, float eps,
-                                          TD normed) {
-  pdl_enter();
+// DT as in dt_of: bias, out, w and normed of dtype DT where DT >= 0.
+template <int DT>
+__device__ __forceinline__ void epilogue_rms_body(const float* c, const TD& bias, int mode, float beta,
+                                                  const TD& out, const TD& w, float eps, const TD& normed) {
   const int r = out.rank, nt = blockDim.x, t = threadIdx.x;
   const i64 N = out.sh[r - 1], row = blockIdx.x;
   const int c8 = (int)(N / 8);
+  const int od = dt_of<DT>(out), nd = dt_of<DT>(normed);
   const float4* cp = (const float4*)(c + row * N);
   const uint4* bp = (const uint4*)((const unsigned short*)bias.ptr + offset_lead(bias, r - 1, row));
   const uint4* wp = (const uint4*)w.ptr;
@@ -122,10 +124,10 @@ extern "C" __global__ void k_epilogue_rms(const float* c, TD bias, int mode, flo
       const float cv[8] = {cr[j][0].x, cr[j][0].y, cr[j][0].z, cr[j][0].w,
                            cr[j][1].x, cr[j][1].y, cr[j][1].z, cr[j][1].w};
       float bv[8];
-      unpack8(br[j], bias.dt, bv);
+      unpack8(br[j], dt_of<DT>(bias), bv);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[j][i] = round_dt(out.dt, add_bias(mode, cv[i], beta, bv[i], out.dt));
-      st8(op, out.dt, ch, v[j]);
+      for (int i = 0; i < 8; ++i) v[j][i] = round_dt(od, add_bias(mode, cv[i], beta, bv[i], od));
+      st8(op, od, ch, v[j]);
 #pragma unroll
       for (int i = 0; i < 8; ++i) ss += v[j][i] * v[j][i];
     }
@@ -137,12 +139,25 @@ extern "C" __global__ void k_epilogue_rms(const float* c, TD bias, int mode, flo
     const int ch = t + j * nt;
     if (ch < c8) {
       float wv[8], y[8];
-      unpack8(wr[j], w.dt, wv);
+      unpack8(wr[j], dt_of<DT>(w), wv);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = round_dt(normed.dt, v[j][i] * inv) * wv[i];
-      st8(np, normed.dt, ch, y);
+      for (int i = 0; i < 8; ++i) y[i] = round_dt(nd, v[j][i] * inv) * wv[i];
+      st8(np, nd, ch, y);
     }
   }
+}
+#define EPILOGUE_RMS_PARAMS const float *c, TD bias, int mode, float beta, TD out, TD w, float eps, TD normed
+extern "C" __global__ void k_epilogue_rms(EPILOGUE_RMS_PARAMS) {
+  pdl_enter();
+  epilogue_rms_body<-1>(c, bias, mode, beta, out, w, eps, normed);
+}
+extern "C" __global__ void k_epilogue_rms_bf16(EPILOGUE_RMS_PARAMS) {
+  pdl_enter();
+  epilogue_rms_body<DT_BF16>(c, bias, mode, beta, out, w, eps, normed);
+}
+extern "C" __global__ void k_epilogue_rms_f16(EPILOGUE_RMS_PARAMS) {
+  pdl_enter();
+  epilogue_rms_body<DT_F16>(c, bias, mode, beta, out, w, eps, normed);
 }
 
 // Conv epilogue: out[n, o, y, x] = act(c[o * ldc + n * pix + y * OW + x] + bias[o]).

@@ -116,7 +116,10 @@ impl Planner<'_> {
             && rows <= i64::from(u32::MAX);
         fits.then(|| {
             kl(
-                self.f("k_epilogue_rms"),
+                self.f_dt(
+                    "k_epilogue_rms",
+                    &[bias.td.dt, out.td.dt, w.td.dt, normed.td.dt],
+                ),
                 (rows as u32, 1, 1),
                 THREADS,
                 0,
@@ -137,7 +140,7 @@ impl Planner<'_> {
     /// A launch's arguments when it launches the kernel `name`.
     fn args_of<'l>(&self, l: &'l Launch, name: &str) -> Option<&'l [Arg]> {
         match l {
-            Launch::Kernel(k) if k.func.0 == self.f(name).0 => Some(&k.args),
+            Launch::Kernel(k) if self.is_kernel(k.func, name) => Some(&k.args),
             _ => None,
         }
     }

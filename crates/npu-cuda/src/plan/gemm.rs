@@ -3,7 +3,7 @@
 
 use super::{align, kl, Planner, StepPlan, SCRATCH0};
 use crate::gemm::{epilogue, plan_lt, LtDest};
-use crate::launch::{unary_code, Arg, Launch, TdArg};
+use crate::launch::{dtype_code, unary_code, Arg, Launch, TdArg};
 use crate::loc::Loc;
 use npu_ir::UnaryOp;
 use npu_program::program::Binding;
@@ -59,7 +59,7 @@ impl Planner<'_> {
                 norm_end = off + align((m * k * a.dtype.size_bytes()) as u64) - SCRATCH0;
                 let normed = TdArg::scratch(off, a.dtype, &[m, k]);
                 pre.push(kl(
-                    self.f("k_rms_norm"),
+                    self.f_dt("k_rms_norm", &[a, nw].map(|b| dtype_code(b.dtype))),
                     (m as u32, 1, 1),
                     256,
                     0,

@@ -3,7 +3,7 @@
 //! `k_rope_cache`, or `k_rope_cache8` over 16-bit rows of enough elements.
 
 use super::{kl, td, Planner, StepPlan};
-use crate::launch::{grid_for, Arg, Launch};
+use crate::launch::{dtype_code, grid_for, Arg, Launch};
 use crate::loc::Loc;
 use npu_program::groups::{index_copy_axis, rope_cache, RopeCache};
 use npu_program::program::{Binding, Step};
@@ -91,7 +91,22 @@ impl Planner<'_> {
         } else {
             ("k_rope_cache", nq + nk + nv)
         };
-        let launch: Launch = kl(self.f(name), (grid_for(threads), 1, 1), 256, 0, args);
+        // Every operand but the indices, for the per-dtype instances.
+        let values = q
+            .inputs
+            .iter()
+            .chain(&q.outputs)
+            .chain(&k.inputs)
+            .chain(&k.outputs);
+        let writes = [k_dest, v_src, v_dest];
+        let dtypes: Vec<i32> = values.chain(writes).map(|b| dtype_code(b.dtype)).collect();
+        let launch: Launch = kl(
+            self.f_dt(name, &dtypes),
+            (grid_for(threads), 1, 1),
+            256,
+            0,
+            args,
+        );
         Some((g.len(), vec![launch].into()))
     }
 }

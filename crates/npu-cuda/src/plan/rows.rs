@@ -2,7 +2,7 @@
 //! reduction of trailing dims.
 
 use super::{kl, rows_last, td, Planner};
-use crate::launch::{Arg, Launch, TdArg};
+use crate::launch::{dtype_code, Arg, Launch, TdArg};
 use npu_program::program::{Binding, ReduceOp};
 
 fn opt(b: Option<&Binding>) -> Arg {
@@ -36,7 +36,7 @@ impl Planner<'_> {
     pub(super) fn rms_norm(&self, eps: f32, x: &Binding, w: &Binding, o: &Binding) -> Vec<Launch> {
         let (rows, _) = rows_last(x);
         vec![kl(
-            self.f("k_rms_norm"),
+            self.f_dt("k_rms_norm", &[x, w, o].map(|b| dtype_code(b.dtype))),
             (rows as u32, 1, 1),
             256,
             0,
