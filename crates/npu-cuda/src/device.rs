@@ -3,9 +3,11 @@
 //! loading, so the crate builds and links without CUDA.
 
 use crate::error::{CudaError, CudaResult};
+use crate::launch::dtype_code;
 use crate::nvrtc;
 use cudarc::cublaslt::sys as ltsys;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use npu_ir::DType;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -62,6 +64,27 @@ pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
         "k_epilogue_rms_f16",
     ],
 ];
+
+/// `name`'s instance for one 16-bit float dtype (`DTYPE_INSTANCES`) where `dtypes`, the kernel
+/// dtype codes of every operand that instance fixes, all are that dtype and instances are
+/// `enabled`; else `name`, the generic instance.
+fn instance_name<'n>(name: &'n str, dtypes: &[i32], enabled: bool) -> &'n str {
+    let Some(instances) = DTYPE_INSTANCES.iter().find(|i| i[0] == name) else {
+        return name;
+    };
+    let Some((&d, rest)) = dtypes.split_first() else {
+        return name;
+    };
+    if !enabled || rest.iter().any(|&x| x != d) {
+        name
+    } else if d == dtype_code(DType::BF16) {
+        instances[1]
+    } else if d == dtype_code(DType::F16) {
+        instances[2]
+    } else {
+        name
+    }
+}
 
 /// Every function of the kernel library: `LIBRARY_KERNELS` and the dtype instances.
 fn library_functions() -> Vec<&'static str> {
@@ -195,7 +218,12 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        for k in ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"] {
+        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
+        let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
+        for k in big_smem
+            .into_iter()
+            .chain(instances.flat_map(|i| [i[1], i[2]]))
+        {
             let f = dev.library[k];
             // SAFETY: a valid function handle; opting into more dynamic shared memory.
             unsafe {
@@ -265,6 +293,12 @@ impl Device {
 
     pub(crate) fn func(&self, name: &str) -> Func {
         self.library[name]
+    }
+
+    /// `name`, or its instance for one 16-bit float dtype (`instance_name`; off with
+    /// `NPU_CUDA_DTYPE_KERNELS=0`).
+    pub(crate) fn func_dt(&self, name: &str, dtypes: &[i32]) -> Func {
+        self.func(instance_name(name, dtypes, self.dtype_kernels))
     }
 
     pub(crate) fn cu_stream(&self) -> sys::CUstream {
@@ -379,6 +413,8 @@ impl Drop for DevBuf {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// Names of the `__global__` functions in `src` whose body does not begin with
     /// `pdl_enter();`, after nothing but L2 prefetches.
     fn kernels_without_pdl_enter(src: &str) -> Vec<String> {
@@ -404,6 +440,32 @@ mod tests {
             rest = &rest[open + 1..];
         }
         missing
+    }
+
+    #[test]
+    fn a_dtype_instance_needs_every_fixed_operand_in_its_dtype() {
+        let (bf, h, f) = (
+            dtype_code(DType::BF16),
+            dtype_code(DType::F16),
+            dtype_code(DType::F32),
+        );
+        assert_eq!(
+            instance_name("k_rms_norm", &[bf, bf, bf], true),
+            "k_rms_norm_bf16"
+        );
+        assert_eq!(
+            instance_name("k_rms_norm", &[h, h, h], true),
+            "k_rms_norm_f16"
+        );
+        // mixed, f32, none given, turned off, or a kernel without instances: generic
+        assert_eq!(
+            instance_name("k_rms_norm", &[bf, h, bf], true),
+            "k_rms_norm"
+        );
+        assert_eq!(instance_name("k_rms_norm", &[f, f, f], true), "k_rms_norm");
+        assert_eq!(instance_name("k_rms_norm", &[], true), "k_rms_norm");
+        assert_eq!(instance_name("k_rms_norm", &[bf, bf], false), "k_rms_norm");
+        assert_eq!(instance_name("k_copy", &[bf, bf], true), "k_copy");
     }
 
     /// Every dtype instance is a kernel of the library source, and its generic one is listed.

@@ -19,10 +19,9 @@ mod rope_cache;
 mod rows;
 
 use crate::device::{Device, Func, DTYPE_INSTANCES};
-use crate::launch::{dtype_code, unary_code, Arg, KernelLaunch, Launch, TdArg};
+use crate::launch::{unary_code, Arg, KernelLaunch, Launch, TdArg};
 use crate::lt_call::LT_WORKSPACE;
 use conv::ConvP;
-use npu_ir::DType;
 use npu_program::program::{Binding, Kernel, Program, Step};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -75,27 +74,6 @@ fn grid2d(cols: usize, rows: usize) -> (u32, u32, u32) {
     )
 }
 
-/// `name`'s instance for one 16-bit float dtype (`DTYPE_INSTANCES`) where `dtypes`, the kernel
-/// dtype codes of every operand that instance fixes, all are that dtype and instances are
-/// `enabled`; else `name`, the generic instance.
-fn instance_name<'n>(name: &'n str, dtypes: &[i32], enabled: bool) -> &'n str {
-    let Some(instances) = DTYPE_INSTANCES.iter().find(|i| i[0] == name) else {
-        return name;
-    };
-    let Some((&d, rest)) = dtypes.split_first() else {
-        return name;
-    };
-    if !enabled || rest.iter().any(|&x| x != d) {
-        name
-    } else if d == dtype_code(DType::BF16) {
-        instances[1]
-    } else if d == dtype_code(DType::F16) {
-        instances[2]
-    } else {
-        name
-    }
-}
-
 fn kl(func: Func, grid: (u32, u32, u32), block: u32, smem: u32, args: Vec<Arg>) -> Launch {
     Launch::Kernel(KernelLaunch {
         func,
@@ -141,9 +119,9 @@ impl Planner<'_> {
         self.dev.func(name)
     }
 
-    /// `name`, or its instance for one 16-bit float dtype (`instance_name`).
+    /// `name`, or its instance for one 16-bit float dtype (`Device::func_dt`).
     fn f_dt(&self, name: &str, dtypes: &[i32]) -> Func {
-        self.f(instance_name(name, dtypes, self.dev.dtype_kernels))
+        self.dev.func_dt(name, dtypes)
     }
 
     /// Whether `func` is the kernel `name` in any of its dtype instances.
@@ -237,36 +215,5 @@ impl Planner<'_> {
             Kernel::Copy => Ok(self.copy(&ins[0], out).into()),
             Kernel::Fill { value } => Ok(self.fill(*value, out).into()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_dtype_instance_needs_every_fixed_operand_in_its_dtype() {
-        let (bf, h, f) = (
-            dtype_code(DType::BF16),
-            dtype_code(DType::F16),
-            dtype_code(DType::F32),
-        );
-        assert_eq!(
-            instance_name("k_rms_norm", &[bf, bf, bf], true),
-            "k_rms_norm_bf16"
-        );
-        assert_eq!(
-            instance_name("k_rms_norm", &[h, h, h], true),
-            "k_rms_norm_f16"
-        );
-        // mixed, f32, none given, turned off, or a kernel without instances: generic
-        assert_eq!(
-            instance_name("k_rms_norm", &[bf, h, bf], true),
-            "k_rms_norm"
-        );
-        assert_eq!(instance_name("k_rms_norm", &[f, f, f], true), "k_rms_norm");
-        assert_eq!(instance_name("k_rms_norm", &[], true), "k_rms_norm");
-        assert_eq!(instance_name("k_rms_norm", &[bf, bf], false), "k_rms_norm");
-        assert_eq!(instance_name("k_copy", &[bf, bf], true), "k_copy");
     }
 }
