@@ -53,7 +53,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
 ];
 
 /// Kernels with an instance per 16-bit float dtype besides the generic one (kernels/common.cuh,
-/// `dt_of`): generic, bf16, f16. `Planner::f_dt` picks among them.
+/// `dt_of`): generic, bf16, f16. `Device::func_dt` picks among them.
 pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
     ["k_rope_cache", "k_rope_cache_bf16", "k_rope_cache_f16"],
     ["k_rope_cache8", "k_rope_cache8_bf16", "k_rope_cache8_f16"],

@@ -221,6 +221,7 @@ extern "C" __global__ void k_rope_cache(ROPE_CACHE_PARAMS) { pdl_enter(); rope_c
 extern "C" __global__ void k_rope_cache_bf16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache_body<DT_BF16>(ROPE_CACHE_ARGS); }
 extern "C" __global__ void k_rope_cache_f16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache_body<DT_F16>(ROPE_CACHE_ARGS); }
 
+// One block per row of the last dim.
 extern "C" __global__ void k_softmax(TD x, TD mask, int has_mask, float scale, TD out) {
   pdl_enter();
   int r = x.rank;
