@@ -4,36 +4,18 @@
 //! backend. Its own test binary: the switch is an environment variable, read at prepare time,
 //! so no other test may prepare concurrently. Skips where there is no device.
 
-use npu_cuda::{CudaBackend, CudaError};
+mod common;
+
+use common::{assert_near_cpu, bind, device_or_skip, inputs, io, run, values};
 use npu_ir::DType;
-use npu_program::program::{dense_strides, Binding, IoTensor, Kernel, Program, Slot, Step};
-use npu_runtime::{Backend, CpuBackend, HostTensor, MemoryWeights};
-
-fn bind(slot: Slot, off: u64, shape: &[usize], strides: &[usize]) -> Binding {
-    Binding {
-        slot,
-        byte_offset: off,
-        shape: shape.to_vec(),
-        strides: strides.to_vec(),
-        dtype: DType::BF16,
-    }
-}
-
-fn io(name: &str, shape: &[usize]) -> IoTensor {
-    IoTensor {
-        name: name.into(),
-        shape: shape.to_vec(),
-        dtype: DType::BF16,
-        storage: DType::BF16,
-        donates_input: None,
-    }
-}
+use npu_program::program::{dense_strides, Kernel, Program, Slot, Step};
 
 /// h = round(x @ w0^T) + r, y = rms_norm(h) @ w1^T, as a prefill layer's down projection and
-/// the next layer's QKV projection (weights stored [N, K], read transposed).
-fn pair_program(m: usize, k0: usize, n0: usize, n1: usize) -> Program {
-    let dense = |slot, shape: &[usize]| bind(slot, 0, shape, &dense_strides(shape));
-    let t = |slot, [n, k]: [usize; 2]| bind(slot, 0, &[k, n], &[1, k]);
+/// the next layer's QKV projection (weights stored [N, K], read transposed), in `dt`.
+fn pair_program(dt: DType, m: usize, k0: usize, n0: usize, n1: usize) -> Program {
+    let dense = |slot, shape: &[usize]| bind(slot, 0, shape, &dense_strides(shape), dt);
+    let t = |slot, [n, k]: [usize; 2]| bind(slot, 0, &[k, n], &[1, k], dt);
+    let io = |name, shape: &[usize]| io(name, shape, dt);
     let h = dense(Slot::Arena, &[m, n0]);
     let gemm = |residual, norm| Kernel::Gemm {
         alpha: 1.0,
@@ -51,7 +33,7 @@ fn pair_program(m: usize, k0: usize, n0: usize, n1: usize) -> Program {
     Program {
         model_name: "epilogue + rms_norm".into(),
         target: "gpu".into(),
-        compute_dtype: DType::BF16,
+        compute_dtype: dt,
         inputs: vec![
             io("x", &[m, k0]),
             io("w0", &[n0, k0]),
@@ -92,63 +74,6 @@ fn pair_program(m: usize, k0: usize, n0: usize, n1: usize) -> Program {
     }
 }
 
-fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-        })
-        .collect()
-}
-
-fn run(b: &dyn Backend, p: &Program, ins: &[(&str, HostTensor)]) -> Vec<Vec<f32>> {
-    let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
-    let mut x = b.prepare(p, &MemoryWeights::default()).expect("prepare");
-    x.run_all(&refs).expect("run");
-    let out = x.run_all(&refs).expect("run");
-    out.iter().map(|(_, t)| t.to_f32_vec()).collect()
-}
-
-/// The CUDA backend, or None after printing the test's SKIP line where there is no device.
-fn device_or_skip(test: &str) -> Option<CudaBackend> {
-    match CudaBackend::new() {
-        Ok(b) => Some(b),
-        Err(CudaError::NoDevice(why)) => {
-            println!("SKIP: {test}: no CUDA device ({why})");
-            None
-        }
-        Err(e) => panic!("the CUDA backend failed to start: {e}"),
-    }
-}
-
-/// `p`'s inputs by name from f32 values, as bf16 tensors of the shapes `p` declares.
-fn inputs<const N: usize>(
-    p: &Program,
-    values: [(&'static str, Vec<f32>); N],
-) -> [(&'static str, HostTensor); N] {
-    values.map(|(n, v)| {
-        let t = p.inputs.iter().find(|t| t.name == n).expect("input");
-        (n, HostTensor::from_f32_as(DType::BF16, t.shape.clone(), &v))
-    })
-}
-
-/// Every output within five bf16 steps (2^-8) of the largest value of the CPU backend's:
-/// the backends sum in other orders, so roundings may differ by a step.
-fn assert_near_cpu(what: &str, p: &Program, ins: &[(&str, HostTensor)], got: &[Vec<f32>]) {
-    let cpu = run(&CpuBackend::new(), p, ins);
-    for (o, (g, c)) in got.iter().zip(&cpu).enumerate() {
-        let scale = c.iter().fold(0f32, |s, v| s.max(v.abs()));
-        let worst = g.iter().zip(c).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
-        assert!(
-            scale > 0.0 && worst <= 0.02 * scale,
-            "{what}: output {o} off the CPU's by {worst} (largest {scale})"
-        );
-    }
-}
-
 #[test]
 fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
     let Some(gpu) = device_or_skip("residual_epilogue_and_rms_norm_fuse_bit_for_bit") else {
@@ -157,8 +82,13 @@ fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
     // cuBLASLt's first heuristic algorithm for both prepares (tuning times candidates, and
     // two timings may pick different ones)
     std::env::set_var("NPU_CUDA_LT_TUNE", "0");
-    for (m, k0, n0, n1) in [(128, 512, 1536, 640), (37, 256, 264, 96)] {
-        let p = pair_program(m, k0, n0, n1);
+    // bf16 and f16: each takes its own instance of k_epilogue_rms
+    let shapes = [(128, 512, 1536, 640), (37, 256, 264, 96)];
+    for (dt, (m, k0, n0, n1)) in [DType::BF16, DType::F16]
+        .into_iter()
+        .flat_map(|dt| shapes.map(|s| (dt, s)))
+    {
+        let p = pair_program(dt, m, k0, n0, n1);
         let ins = inputs(
             &p,
             [
@@ -182,11 +112,11 @@ fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
                 .count();
             assert_eq!(
                 diff, 0,
-                "{m}x{k0}x{n0}x{n1}: output {o} differs in {diff} elements"
+                "{dt} {m}x{k0}x{n0}x{n1}: output {o} differs in {diff} elements"
             );
         }
         // and both agree with the CPU backend
-        assert_near_cpu(&format!("{m}x{k0}x{n0}x{n1}"), &p, &ins, &fused);
+        assert_near_cpu(&format!("{dt} {m}x{k0}x{n0}x{n1}"), &p, &ins, &fused);
     }
 }
 
@@ -194,7 +124,9 @@ fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
 /// third overwrites it with mask `b` (other live key tiles), so the tile flags marked at the
 /// first layer serve the second, must be marked again at the third, and serve the fourth.
 fn shared_mask_program(s: usize, t: usize, d: usize) -> Program {
-    let dense = |slot, shape: &[usize]| bind(slot, 0, shape, &dense_strides(shape));
+    let dt = DType::BF16;
+    let dense = |slot, shape: &[usize]| bind(slot, 0, shape, &dense_strides(shape), dt);
+    let io = |name: &str, shape: &[usize]| io(name, shape, dt);
     let (q, kv, m, o) = ([1, 2, s, d], [1, 1, t, d], [1, 1, s, t], [1, 2, s, d]);
     let attention = |out| Step {
         kernel: Kernel::Attention {
@@ -206,7 +138,7 @@ fn shared_mask_program(s: usize, t: usize, d: usize) -> Program {
             dense(Slot::Input(1), &kv),
             dense(Slot::Input(2), &kv),
             // the one mask row broadcast over both heads
-            bind(Slot::Arena, 0, &[1, 2, s, t], &[s * t, 0, t, 1]),
+            bind(Slot::Arena, 0, &[1, 2, s, t], &[s * t, 0, t, 1], dt),
         ],
         outputs: vec![dense(Slot::Output(out), &o)],
         origin: "fusion test".into(),
@@ -220,7 +152,7 @@ fn shared_mask_program(s: usize, t: usize, d: usize) -> Program {
     Program {
         model_name: "attention layers sharing a mask".into(),
         target: "gpu".into(),
-        compute_dtype: DType::BF16,
+        compute_dtype: dt,
         inputs: vec![
             io("q", &q),
             io("k", &kv),
