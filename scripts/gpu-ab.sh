@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# A/B timing of CUDA backend variants on the GPU machine (builds nothing; stage with
+# scripts/gpu-check.sh --stage, and a second build's binaries in their own directory if the
+# variants differ by build): Qwen2.5-1.5B prefill and decode, variants in alternating rounds.
+#   scripts/gpu-ab.sh --variant generic=.device,NPU_CUDA_DTYPE_KERNELS=0 --variant new=.device [--rounds 3] [--long]
+# Writes $OUT/gpu-ab.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/npu-gpu-out}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD/tools/export PYTHONUNBUFFERED=1
+export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
+python3 -m npu_export.gpu_ab --work /tmp/npu-gpu --json "$out/gpu-ab.json" "$@" 2>&1 | tee "$out/gpu-ab.log"
