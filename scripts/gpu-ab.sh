@@ -6,9 +6,5 @@
 # Writes $OUT/gpu-ab.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/npu-gpu-out}
-mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/tools/export PYTHONUNBUFFERED=1
-export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
+. scripts/lib/gpu-python-env.sh
 python3 -m npu_export.gpu_ab --work /tmp/npu-gpu --json "$out/gpu-ab.json" "$@" 2>&1 | tee "$out/gpu-ab.log"

@@ -53,11 +53,7 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-out=${OUT:-/tmp/npu-gpu-out}
-mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/tools/export PYTHONUNBUFFERED=1
-export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
+. scripts/lib/gpu-python-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 rc=0
 python3 -m npu_export.gpu_check --bin .device --work /tmp/npu-gpu --json "$out/gpu-check.json" "$@" \

@@ -7,12 +7,9 @@
 # what matters. Writes $OUT/generate-cuda.json (the --json result) and logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/npu-gpu-out}
+. scripts/lib/gpu-python-env.sh
 work=${WORK:-/tmp/npu-gen}
-mkdir -p "$out" "$work"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/tools/export PYTHONUNBUFFERED=1
-export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
+mkdir -p "$work"
 corpus=$(python3 -c 'import os, transformers; print(os.path.dirname(transformers.__file__))')
 [ -f "$work/tok/tokenizer.json" ] || python3 -m npu_export.tokenizer --out "$work/tok" \
     --vocab-size 151665 --corpus "$corpus" 2>&1 | tail -2

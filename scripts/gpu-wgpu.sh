@@ -6,15 +6,11 @@
 # reuses the exports of scripts/gpu-check.sh / gpu-bench.sh in /tmp/npu-gpu when they exist.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/npu-gpu-out}
-mkdir -p "$out"
+. scripts/lib/gpu-python-env.sh
 . scripts/lib/vulkan-env.sh
 # The conformance tests skip where no adapter answers; here that would hide a broken setup.
 .device/npu run --help >/dev/null
 echo "Vulkan driver: ${VK_DRIVER_FILES:-none}; $(ldconfig -p | grep -c -E 'libvulkan|libGLX_nvidia') loader/ICD libraries"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/tools/export PYTHONUNBUFFERED=1
-export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
 src=$(cat .device/checkout-path)
 if [ ! -e "$src/fixtures" ]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
 rc=0
