@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,12 +56,7 @@ def cases(npu: str, work: Path, long: bool, log: Path) -> list[Case]:
     dec = g.compile_program(npu, d / "decode.ir.json", d / "decode-bf16.npubin", "bf16", log)
     out = [Case("prefill 128", pre, 0, 50), Case("decode at 1000 of 2048", dec, 1000, 100)]
     if long:
-        d32 = g.export(
-            "qwen2.5-1.5b",
-            work / "qwen2.5-1.5b-32k",
-            ["--dtype", "bfloat16", "--ir-only", "--max-cache-len", "32768"],
-            log,
-        )
+        d32 = g.export_qwen_32k(work, log)
         dec32 = g.compile_program(npu, d32 / "decode.ir.json", d32 / "decode-bf16.npubin", "bf16", log)
         out.append(Case("decode at 32000 of 32768", dec32, 32000, 50))
     return out
@@ -82,16 +76,7 @@ def time_case(v: Variant, c: Case, log: Path) -> float:
         "--repeat",
         str(c.repeat),
     ]
-    saved = {k: os.environ.get(k) for k in v.env}
-    os.environ.update(v.env)
-    try:
-        res = g.sh_json(cmd, log)
-    finally:
-        for k, old in saved.items():
-            if old is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = old
+    res = g.sh_json(cmd, log, v.env)
     return float(res["points"][0]["gpu_ms"])
 
 

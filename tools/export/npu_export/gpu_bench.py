@@ -224,12 +224,7 @@ def qwen_rows(bin_dir: Path, npu: str, work: Path, bw: float, cc: bool, log: Pat
         ["--dtype", "bfloat16", "--decode-steps", "32", "--no-hf-check"],
         log,
     )
-    d32 = g.export(
-        "qwen2.5-1.5b",
-        work / "qwen2.5-1.5b-32k",
-        ["--dtype", "bfloat16", "--ir-only", "--max-cache-len", "32768"],
-        log,
-    )
+    d32 = g.export_qwen_32k(work, log)
     bench = str(bin_dir / "npu-cuda-bench")
     w = str(d / "weights.safetensors")
     pre = g.compile_program(npu, d / "prefill.ir.json", d / "prefill-bf16.npubin", "bf16", log)

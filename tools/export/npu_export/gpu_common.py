@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -13,9 +14,11 @@ from typing import Any
 import torch
 
 
-def sh(cmd: list[str], log: Path | None = None) -> str:
-    """Runs a command; returns stdout, raising with its stderr on failure."""
-    res = subprocess.run(cmd, capture_output=True, text=True)
+def sh(cmd: list[str], log: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """Runs a command (with ENV's settings over this process's environment); returns stdout,
+    raising with its stderr on failure."""
+    full_env = None if env is None else {**os.environ, **env}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=full_env)
     if log is not None:
         with log.open("a") as f:
             f.write(f"$ {' '.join(cmd)}\n{res.stdout}{res.stderr}\n")
@@ -24,8 +27,8 @@ def sh(cmd: list[str], log: Path | None = None) -> str:
     return res.stdout
 
 
-def sh_json(cmd: list[str], log: Path | None = None) -> dict[str, Any]:
-    out = sh(cmd, log).strip().splitlines()
+def sh_json(cmd: list[str], log: Path | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    out = sh(cmd, log, env).strip().splitlines()
     return dict(json.loads(out[-1]))
 
 
@@ -35,6 +38,17 @@ def export(model: str, out: Path, extra: list[str], log: Path | None = None) -> 
     if not marker.exists():
         sh([sys.executable, "-m", "npu_export", model, "--out", str(out), *extra], log)
     return out
+
+
+def export_qwen_32k(work: Path, log: Path | None = None) -> Path:
+    """Qwen2.5-1.5B's bf16 IR with a 32768-position cache (no weights), shared by the benchmark
+    and the A/B timer: one directory, one set of export arguments."""
+    return export(
+        "qwen2.5-1.5b",
+        work / "qwen2.5-1.5b-32k",
+        ["--dtype", "bfloat16", "--ir-only", "--max-cache-len", "32768"],
+        log,
+    )
 
 
 def compile_program(
