@@ -301,6 +301,15 @@ impl Device {
         self.func(instance_name(name, dtypes, self.dtype_kernels))
     }
 
+    /// Whether `func` is the kernel `name` in any of its dtype instances.
+    pub(crate) fn is_func(&self, func: Func, name: &str) -> bool {
+        let same = |n: &str| self.func(n).0 == func.0;
+        match DTYPE_INSTANCES.iter().find(|i| i[0] == name) {
+            Some(i) => i.iter().any(|n| same(n)),
+            None => same(name),
+        }
+    }
+
     pub(crate) fn cu_stream(&self) -> sys::CUstream {
         self.stream.cu_stream()
     }

@@ -140,7 +140,7 @@ impl Planner<'_> {
     /// A launch's arguments when it launches the kernel `name`.
     fn args_of<'l>(&self, l: &'l Launch, name: &str) -> Option<&'l [Arg]> {
         match l {
-            Launch::Kernel(k) if self.is_kernel(k.func, name) => Some(&k.args),
+            Launch::Kernel(k) if self.dev.is_func(k.func, name) => Some(&k.args),
             _ => None,
         }
     }

@@ -18,7 +18,7 @@ mod pool;
 mod rope_cache;
 mod rows;
 
-use crate::device::{Device, Func, DTYPE_INSTANCES};
+use crate::device::{Device, Func};
 use crate::launch::{unary_code, Arg, KernelLaunch, Launch, TdArg};
 use crate::lt_call::LT_WORKSPACE;
 use conv::ConvP;
@@ -122,15 +122,6 @@ impl Planner<'_> {
     /// `name`, or its instance for one 16-bit float dtype (`Device::func_dt`).
     fn f_dt(&self, name: &str, dtypes: &[i32]) -> Func {
         self.dev.func_dt(name, dtypes)
-    }
-
-    /// Whether `func` is the kernel `name` in any of its dtype instances.
-    fn is_kernel(&self, func: Func, name: &str) -> bool {
-        let same = |n: &str| self.f(n).0 == func.0;
-        match DTYPE_INSTANCES.iter().find(|i| i[0] == name) {
-            Some(i) => i.iter().any(|n| same(n)),
-            None => same(name),
-        }
     }
 
     pub fn plan(&self, step: &Step) -> Result<StepPlan, String> {
