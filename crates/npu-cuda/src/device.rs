@@ -117,6 +117,8 @@ pub struct Device {
     /// Made at the first GEMM planned: loading cuBLASLt costs start-up time that a program
     /// without GEMMs does not need.
     lt: OnceLock<LtHandle>,
+    /// Made at the first convolution planned on cuDNN (`None` inside: not installed).
+    dnn: OnceLock<Option<DnnHandle>>,
     pub(crate) arch: (i32, i32),
     pub(crate) sms: i32,
     /// L2 cache bytes.
@@ -134,6 +136,8 @@ pub struct Device {
     /// Kernels in `DTYPE_INSTANCES` take their per-dtype instance where the operands allow,
     /// unless `NPU_CUDA_DTYPE_KERNELS=0` (then the generic one, for comparisons).
     pub(crate) dtype_kernels: bool,
+    /// Which 16-bit convolutions go to cuDNN where it is installed (`NPU_CUDA_CUDNN`).
+    pub(crate) cudnn: CudnnUse,
     /// The algorithm chosen per matmul description (`None`: cuBLASLt supports none).
     pub(crate) lt_algos:
         Mutex<HashMap<crate::lt_tune::TuneKey, Option<ltsys::cublasLtMatmulAlgo_t>>>,
@@ -146,11 +150,40 @@ pub struct Device {
     startup: Mutex<Vec<(&'static str, f64)>>,
 }
 
+/// Which convolutions are planned on cuDNN (`plan/conv_dnn.rs`), from `NPU_CUDA_CUDNN`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CudnnUse {
+    /// `0`: none (the im2col + cuBLASLt path, for comparisons).
+    Off,
+    /// The default: packed channels-last 16-bit ones with ReLU or no activation whose im2col
+    /// matrix would be large (`plan/conv_dnn.rs`), where cuDNN is installed and runs them.
+    Auto,
+    /// `require`: every such convolution whatever its size, and a missing library or a
+    /// configuration cuDNN does not run is an error instead of a fallback (for tests that
+    /// must exercise cuDNN).
+    Require,
+}
+
+impl CudnnUse {
+    fn from_env() -> CudnnUse {
+        match std::env::var("NPU_CUDA_CUDNN").as_deref() {
+            Ok("0") => CudnnUse::Off,
+            Ok("require") => CudnnUse::Require,
+            _ => CudnnUse::Auto,
+        }
+    }
+}
+
 pub(crate) struct LtHandle(pub ltsys::cublasLtHandle_t);
 // SAFETY: the handle is used only from the thread that runs the executable at a time
 // (executables are `Send`, not shared), as cuBLASLt allows.
 unsafe impl Send for LtHandle {}
 unsafe impl Sync for LtHandle {}
+
+pub(crate) struct DnnHandle(pub cudarc::cudnn::sys::cudnnHandle_t);
+// SAFETY: as `LtHandle`: one thread uses it at a time.
+unsafe impl Send for DnnHandle {}
+unsafe impl Sync for DnnHandle {}
 
 impl Device {
     /// Opens device 0, or says why there is none. Loads the driver and the kernel library
@@ -199,6 +232,7 @@ impl Device {
             ctx,
             stream,
             lt: OnceLock::new(),
+            dnn: OnceLock::new(),
             arch,
             sms,
             l2_bytes,
@@ -206,6 +240,7 @@ impl Device {
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
+            cudnn: CudnnUse::from_env(),
             lt_algos: Mutex::new(HashMap::new()),
             name,
             library: HashMap::new(),
@@ -266,6 +301,36 @@ impl Device {
             self.record("cuBLASLt", t);
         }
         Ok(self.lt.get().map(|h| h.0).unwrap_or(h))
+    }
+
+    /// The cuDNN handle, made (and the library loaded) at the first call, bound to the
+    /// device's stream; `MissingLibrary` where cuDNN is not installed.
+    pub(crate) fn dnn(&self) -> CudaResult<cudarc::cudnn::sys::cudnnHandle_t> {
+        let h = self.dnn.get_or_init(|| {
+            let t = Instant::now();
+            // SAFETY: only probes whether the shared library can be opened (cudarc's loader
+            // panics on a missing one).
+            if !unsafe { cudarc::cudnn::sys::is_culib_present() } {
+                return None;
+            }
+            self.bind().ok()?;
+            let h = cudarc::cudnn::result::create_handle().ok()?;
+            // SAFETY: a live handle and the device's stream.
+            if unsafe { cudarc::cudnn::result::set_stream(h, self.cu_stream() as _) }.is_err() {
+                // SAFETY: made above, used by nobody.
+                let _ = unsafe { cudarc::cudnn::result::destroy_handle(h) };
+                return None;
+            }
+            self.record("cuDNN", t);
+            Some(DnnHandle(h))
+        });
+        h.as_ref().map(|h| h.0).ok_or_else(|| {
+            CudaError::MissingLibrary(
+                "the cuDNN library (libcudnn.so.9, e.g. from the nvidia-cudnn-cu13 wheel, on \
+                 LD_LIBRARY_PATH), needed with NPU_CUDA_CUDNN=require,"
+                    .into(),
+            )
+        })
     }
 
     fn record(&self, what: &'static str, since: Instant) {
@@ -369,6 +434,10 @@ impl Drop for Device {
         if let Some(h) = self.lt.get() {
             // SAFETY: the handle was created by `lt` and nothing uses it after the device.
             let _ = unsafe { cudarc::cublaslt::result::destroy_handle(h.0) };
+        }
+        if let Some(Some(h)) = self.dnn.get() {
+            // SAFETY: the handle was created by `dnn` and nothing uses it after the device.
+            let _ = unsafe { cudarc::cudnn::result::destroy_handle(h.0) };
         }
     }
 }

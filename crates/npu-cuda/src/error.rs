@@ -18,6 +18,8 @@ pub enum CudaError {
     MissingLibrary(String),
     #[error("cuBLASLt error in {what}: {message}")]
     Blas { what: String, message: String },
+    #[error("cuDNN error in {what}: {message}")]
+    Dnn { what: String, message: String },
 }
 
 impl CudaError {

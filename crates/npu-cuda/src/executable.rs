@@ -353,6 +353,11 @@ impl CudaExecutable {
                             *p = bases.resolve(l);
                         }
                     }
+                    Launch::Dnn(c) => {
+                        for (p, &l) in c.ptrs.iter_mut().zip(&c.locs) {
+                            *p = bases.resolve(l);
+                        }
+                    }
                 }
             }
         }
@@ -408,6 +413,7 @@ impl CudaExecutable {
             match l {
                 Launch::Kernel(k) => Self::launch_kernel(&self.dev, k)?,
                 Launch::Lt(c) => c.launch(&self.dev, ws)?,
+                Launch::Dnn(c) => c.launch(&self.dev)?,
             }
         }
         Ok(())

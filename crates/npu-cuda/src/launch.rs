@@ -157,6 +157,7 @@ pub(crate) struct KernelLaunch {
 pub(crate) enum Launch {
     Kernel(KernelLaunch),
     Lt(Box<LtCall>),
+    Dnn(Box<crate::dnn::DnnConv>),
 }
 
 impl KernelLaunch {

@@ -6,6 +6,7 @@
 //! [`CudaBackend::new`] says "no CUDA device" where there is none.
 
 mod device;
+mod dnn;
 mod elementwise;
 mod error;
 mod executable;

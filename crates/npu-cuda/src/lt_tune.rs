@@ -96,8 +96,26 @@ fn candidates(p: &Problem) -> CudaResult<Vec<ltsys::cublasLtMatmulAlgo_t>> {
     }
 }
 
-/// Device memory for one tuning, freed on drop.
-struct Scratch(Vec<u64>);
+/// Device memory for one tuning (or one trial launch), freed on drop.
+pub(crate) struct Scratch(pub Vec<u64>);
+
+impl Scratch {
+    /// Zeroed allocations of `sizes` bytes (at least 256 each), in order.
+    pub(crate) fn zeroed(sizes: &[u64], what: &str) -> CudaResult<Scratch> {
+        let mut bufs = Scratch(Vec::with_capacity(sizes.len()));
+        for (i, &n) in sizes.iter().enumerate() {
+            let len = (n as usize).max(256);
+            // SAFETY: plain allocation and memset of the new block.
+            let ptr = unsafe { result::malloc_sync(len) }
+                .map_err(|e| CudaError::driver(format!("allocating {what} operand {i}"), e))?;
+            bufs.0.push(ptr);
+            // SAFETY: the block just allocated, `len` bytes.
+            unsafe { result::memset_d8_sync(ptr, 0, len) }
+                .map_err(|e| CudaError::driver(format!("zeroing {what} operand {i}"), e))?;
+        }
+        Ok(bufs)
+    }
+}
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -153,18 +171,10 @@ fn fastest(
         LT_WORKSPACE,
         flush,
     ];
-    let mut bufs = Scratch(Vec::with_capacity(sizes.len()));
-    let mut ptrs = [0u64; 6];
-    for (i, (&n, ptr)) in sizes.iter().zip(&mut ptrs).enumerate() {
-        let len = (n as usize).max(256);
-        // SAFETY: plain allocation and memset of the new block.
-        *ptr = unsafe { result::malloc_sync(len) }
-            .map_err(|e| CudaError::driver(format!("allocating tuning operand {i}"), e))?;
-        bufs.0.push(*ptr);
-        unsafe { result::memset_d8_sync(*ptr, 0, len) }
-            .map_err(|e| CudaError::driver("zeroing a tuning operand", e))?;
-    }
-    let [a, b, d, bias, ws, flush_buf] = ptrs;
+    let bufs = Scratch::zeroed(&sizes, "tuning")?;
+    let [a, b, d, bias, ws, flush_buf] = bufs.0[..] else {
+        unreachable!("six sizes, six buffers")
+    };
     if p.bytes[3] > 0 {
         // SAFETY: a live descriptor and an 8-byte pointer value (reset before each real run).
         unsafe {

@@ -71,6 +71,12 @@ impl Planner<'_> {
         let xa = TdArg::of(x);
         let x16 = dt.size_bytes() == 2 && channel_runs16(x);
         let pointwise = d.kh == 1 && d.kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
+        // Where the GEMM would gather an im2col matrix first, cuDNN reads the input in place.
+        if !(pointwise && pixel_rows(x).is_some()) {
+            if let Some(plan) = self.conv_dnn(p, d, x, w, bias, residual, out)? {
+                return Ok(Some(plan));
+            }
+        }
         let mut launches = Vec::new();
         // K as the GEMM sees it: a large 16-bit GEMM whose K is not a multiple of 8 (the 7x7
         // stem over 3 channels: 147) is given K rounded up, with zero columns and a weight copy

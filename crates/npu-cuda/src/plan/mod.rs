@@ -9,6 +9,7 @@
 mod attention;
 mod conv;
 mod conv_cl;
+mod conv_dnn;
 mod epilogue_norm;
 mod gather;
 mod gemm;
