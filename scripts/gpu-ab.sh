@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A/B timing of CUDA backend variants on the GPU machine (builds nothing; stage with
 # scripts/gpu-check.sh --stage, and a second build's binaries in their own directory if the
-# variants differ by build): Qwen2.5-1.5B prefill and decode, variants in alternating rounds.
+# variants differ by build): Qwen2.5-1.5B prefill and decode, and vision models (--vision),
+# variants in alternating rounds.
 #   scripts/gpu-ab.sh --variant generic=.device,NPU_CUDA_DTYPE_KERNELS=0 --variant new=.device [--rounds 3] [--long]
+#   scripts/gpu-ab.sh --variant im2col=.device,NPU_CUDA_CUDNN=0 --variant cudnn=.device --vision resnet50:64 --no-qwen
 # Writes $OUT/gpu-ab.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."

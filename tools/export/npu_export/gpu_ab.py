@@ -1,10 +1,12 @@
 """A/B timing of the CUDA backend on the GPU machine, in one call: Qwen2.5-1.5B bf16 prefill of
 128 tokens, one decode step at 1000 of 2048 cached positions and (``--long``) at 32000 of 32768,
-for two or more variants timed in alternating rounds so that clock and thermal drift fall on
+and (``--vision resnet50:64,...``) vision models in f16 for the ``gpu`` target, for two or more
+variants timed in alternating rounds so that clock and thermal drift fall on
 every variant alike. A variant is a label, a directory of staged binaries and environment
 settings: ``LABEL=DIR[,VAR=VALUE...]``, e.g. ``generic=.device,NPU_CUDA_DTYPE_KERNELS=0``.
-Weights are random (``npu-cuda-bench decode-at --weights random``); the programs are compiled
-once, by the first variant's ``npu``. Prints each round and the medians; writes JSON.
+Qwen's weights are random (``npu-cuda-bench decode-at --weights random``), the vision models'
+those of their export; the programs are compiled once, by the first variant's ``npu``. Prints
+each round and the medians, and per vision case each variant's top step groups; writes JSON.
 """
 
 from __future__ import annotations
@@ -47,6 +49,34 @@ class Case:
     program: Path
     position: int
     repeat: int
+    # a vision case's export (weights and inputs); None for Qwen's decode-at cases
+    export_dir: Path | None = None
+
+
+def parse_vision(spec: str) -> list[tuple[str, int]]:
+    """``MODEL:BATCH[,MODEL:BATCH...]`` as (model, batch) pairs; ValueError says what is malformed."""
+    out = []
+    for item in filter(None, spec.split(",")):
+        model, sep, batch = item.partition(":")
+        if not sep or not model or not batch.isdigit() or int(batch) < 1:
+            raise ValueError(f"vision case {item!r}: expected MODEL:BATCH")
+        out.append((model, int(batch)))
+    return out
+
+
+def vision_cases(npu: str, work: Path, specs: list[tuple[str, int]], log: Path) -> list[Case]:
+    """Vision models exported and compiled as gpu_bench does (f16, target gpu)."""
+    from .gpu_bench import EXTRA_VISION, export_extra
+
+    out = []
+    for model, batch in specs:
+        if model in EXTRA_VISION:
+            d = export_extra(model, work / f"{model}-b{batch}")
+        else:
+            d = g.export(model, work / f"{model}-b{batch}", ["--batch", str(batch)], log)
+        prog = g.compile_program(npu, d / "model.ir.json", d / "f16-gpu.npubin", "f16", log, target="gpu")
+        out.append(Case(f"{model} f16 b{batch}", prog, 0, 50, d))
+    return out
 
 
 def cases(npu: str, work: Path, long: bool, log: Path) -> list[Case]:
@@ -62,8 +92,12 @@ def cases(npu: str, work: Path, long: bool, log: Path) -> list[Case]:
     return out
 
 
-def time_case(v: Variant, c: Case, log: Path) -> float:
-    """One ``decode-at`` run of the case under the variant: the replayed graph's GPU ms."""
+def time_case(v: Variant, c: Case, log: Path) -> tuple[float, list[Any]]:
+    """One run of the case under the variant: the replayed graph's GPU ms, and (vision cases)
+    the top step groups by GPU time."""
+    if c.export_dir is not None:
+        t = g.time_program(v.bin_dir, c.program, c.export_dir, c.repeat, log, env=v.env)
+        return float(t["gpu_ms"]), list(t.get("top_kernels", []))
     cmd = [
         str(v.bin_dir / "npu-cuda-bench"),
         "decode-at",
@@ -77,7 +111,7 @@ def time_case(v: Variant, c: Case, log: Path) -> float:
         str(c.repeat),
     ]
     res = g.sh_json(cmd, log, v.env)
-    return float(res["points"][0]["gpu_ms"])
+    return float(res["points"][0]["gpu_ms"]), []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,22 +119,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", required=True, help="LABEL=DIR[,VAR=VALUE...]")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--long", action="store_true", help="also decode at 32000 of 32768")
+    p.add_argument("--vision", default="", help="vision cases MODEL:BATCH,... (e.g. resnet50:64)")
+    p.add_argument("--no-qwen", action="store_true", help="only the --vision cases")
     p.add_argument("--work", type=Path, default=Path("/tmp/npu-gpu"))
     p.add_argument("--json", type=Path, default=Path("/tmp/npu-gpu-out/gpu-ab.json"))
     a = p.parse_args(argv)
     try:
         variants = [parse_variant(s) for s in a.variant]
+        vision = parse_vision(a.vision)
     except ValueError as e:
         p.error(str(e))
     a.work.mkdir(parents=True, exist_ok=True)
     log = a.work / "gpu_ab.log"
-    todo = cases(str(variants[0].bin_dir / "npu"), a.work, a.long, log)
+    npu = str(variants[0].bin_dir / "npu")
+    todo = [] if a.no_qwen else cases(npu, a.work, a.long, log)
+    todo += vision_cases(npu, a.work, vision, log)
     times: dict[str, dict[str, list[float]]] = {c.name: {v.label: [] for v in variants} for c in todo}
+    tops: dict[str, dict[str, list[Any]]] = {c.name: {} for c in todo}
     for r in range(a.rounds):
         for v in variants:
             for c in todo:
-                ms = time_case(v, c, log)
+                ms, top = time_case(v, c, log)
                 times[c.name][v.label].append(ms)
+                tops[c.name][v.label] = top
                 print(f"round {r + 1} {v.label:>16} {c.name:<26} {ms:8.4f} ms", flush=True)
     base = variants[0].label
     header = "".join(f"{v.label:>18}" for v in variants)
@@ -110,10 +151,18 @@ def main(argv: list[str] | None = None) -> int:
         med = {v.label: statistics.median(times[c.name][v.label]) for v in variants}
         cells = "".join(f"{med[v.label]:>10.4f} ({med[v.label] / med[base]:.3f})" for v in variants)
         print(f"{c.name:<26}{cells}")
-        rows.append({"case": c.name, "median_ms": med, "rounds_ms": times[c.name]})
+        rows.append(
+            {"case": c.name, "median_ms": med, "rounds_ms": times[c.name], "top_kernels": tops[c.name]}
+        )
+    for c in todo:
+        for v in variants:
+            top = tops[c.name][v.label][:6]
+            if top:
+                groups = "; ".join(f"{t['name']} x{t['count']} {t['ms']:.3f}" for t in top)
+                print(f"{c.name} {v.label}: {groups}")
     result = {
         "variants": [{"label": v.label, "bin": str(v.bin_dir), "env": v.env} for v in variants],
-        "timing": "decode-at: median CUDA-event time of the replayed graph, random weights",
+        "timing": "median CUDA-event time of the replayed graph (Qwen: decode-at, random weights)",
         "rows": rows,
     }
     a.json.parent.mkdir(parents=True, exist_ok=True)

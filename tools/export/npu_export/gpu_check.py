@@ -3,7 +3,9 @@
 1. the conformance suite (``npu-cuda-check``: every kernel kind against its reference, on odd
    shapes, strided and broadcast operands, NaN/Inf, long contexts);
 2. ResNet-18/50, MobileNetV2, EfficientNet-B0 (width 0.75) and a small ConvNeXt compiled to f16
-   against PyTorch f16 on the same GPU (top-5 agreement, Pearson r);
+   against PyTorch f16 on the same GPU (top-5 agreement, Pearson r), and ResNet-50 at batch 64
+   (whose large convolutions run on cuDNN) per image; the suite's convolution cases again on
+   cuDNN;
 3. Qwen2.5-tiny (f32 and bf16) and Qwen2.5-1.5B (random bf16 weights): prefill plus N decode steps,
    per-step logits against PyTorch on the same GPU, fed the same tokens (Pearson r > 0.99, top-5
    overlap >= 4/5). A 16-bit model's top-5 is checked against the same weights computed in f32
@@ -31,18 +33,28 @@ from . import gpu_common as g
 Row = dict[str, Any]
 
 
-def kernel_rows(bin_dir: Path, work: Path, log: Path) -> list[Row]:
-    out = work / "kernels.json"
+def kernel_rows(bin_dir: Path, work: Path, log: Path, cudnn: bool = False) -> list[Row]:
+    """The conformance suite; ``cudnn``: its convolution cases again with every 16-bit
+    channels-last convolution that cuDNN can take forced onto it (``NPU_CUDA_CUDNN=require``:
+    the default sends only large ones, which the suite's small cases are not)."""
+    out = work / ("kernels-cudnn.json" if cudnn else "kernels.json")
+    out.unlink(missing_ok=True)
     try:
-        g.sh([str(bin_dir / "npu-cuda-check"), "--json", str(out)], log)
+        g.sh(
+            [str(bin_dir / "npu-cuda-check"), "--json", str(out)],
+            log,
+            {"NPU_CUDA_CUDNN": "require"} if cudnn else None,
+        )
     except RuntimeError as e:
         if not out.exists():
             return [{"check": "kernels", "metric": "run", "value": str(e)[:200], "limit": "", "ok": False}]
     rows = []
     for r in json.loads(out.read_text()):
+        if cudnn and r["kind"] != "conv2d":
+            continue
         rows.append(
             {
-                "check": f"kernel {r['case']}",
+                "check": f"kernel {'(cuDNN) ' if cudnn else ''}{r['case']}",
                 "metric": "error / allowance",
                 "value": r["error_over_allowance"],
                 "limit": "<= 1",
@@ -100,6 +112,41 @@ def resnet_rows(bin_dir: Path, npu: str, work: Path, model: str, log: Path) -> l
             {"check": check, "metric": "argmax match", "value": am, "limit": "True", "ok": am},
         ]
     return rows
+
+
+def resnet_batch_rows(bin_dir: Path, npu: str, work: Path, model: str, batch: int, log: Path) -> list[Row]:
+    """A batched CNN (target gpu, f16) against PyTorch f16 on the same GPU, per image: at batch
+    64 ResNet-50's large convolutions run on cuDNN (plan/conv_dnn.rs), at batch 1 none do."""
+    from . import vision
+
+    d = g.export(model, work / f"{model}-b{batch}", ["--batch", str(batch)], log)
+    x = next(v for k, v in load_file(str(d / "io.safetensors")).items() if k.startswith("input."))
+    torch.manual_seed(0)
+    net = vision.MODELS[model][0]()
+    vision.randomize_batchnorm(net, torch.Generator().manual_seed(0))
+    net = net.eval().half().cuda()
+    with torch.no_grad():
+        ref = net(x.half().cuda()).float().cpu()
+    ours_file = d / "cuda-out-gpu.safetensors"
+    prog = g.compile_program(npu, d / "model.ir.json", d / "f16-gpu.npubin", "f16", log, target="gpu")
+    g.time_program(bin_dir, prog, d, 5, log, out=ours_file)
+    ours = next(iter(load_file(str(ours_file)).values())).float().cpu().reshape(ref.shape)
+    r = g.pearson(ours, ref)
+    tops = [g.top5_overlap(o, t) for o, t in zip(ours, ref, strict=True)]
+    mean_top = sum(tops) / len(tops)
+    am = float((ours.argmax(1) == ref.argmax(1)).float().mean())
+    check = f"{model} f16 batch {batch} target gpu vs torch f16 (GPU)"
+    return [
+        {"check": check, "metric": "pearson r", "value": r, "limit": "> 0.99", "ok": r > 0.99},
+        {
+            "check": check,
+            "metric": "mean top-5 overlap",
+            "value": mean_top,
+            "limit": ">= 4.5",
+            "ok": mean_top >= 4.5,
+        },
+        {"check": check, "metric": "argmax match share", "value": am, "limit": ">= 0.95", "ok": am >= 0.95},
+    ]
 
 
 def torch_logits_gpu(
@@ -258,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--only",
         default="",
-        help="comma-separated job names to run (kernels, resnet18, ..., 'tiny f32', 'tiny bf16', 1.5b)",
+        help="comma-separated job names to run (kernels, 'kernels cudnn', resnet18, ..., 'resnet50 b64', "
+        "'tiny f32', 'tiny bf16', 1.5b)",
     )
     a = p.parse_args(argv)
     a.work.mkdir(parents=True, exist_ok=True)
@@ -268,11 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs: list[tuple[str, Any]] = []
     if not a.skip_kernels:
         jobs.append(("kernels", lambda: kernel_rows(a.bin, a.work, log)))
+        jobs.append(("kernels cudnn", lambda: kernel_rows(a.bin, a.work, log, cudnn=True)))
     # ResNets, then depthwise/grouped CNNs (direct grouped-convolution kernel).
     # and the architectures of npu_export/zoo.py (ViT, Whisper-style encoder, UNet, MobileNetV3).
     cnns = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0_w0.75", "convnext_small_config")
     for m in (*cnns, "vit-tiny", "whisper-encoder-tiny", "unet-tiny", "mobilenet-v3-small"):
         jobs.append((m, lambda m=m: resnet_rows(a.bin, npu, a.work, m, log)))
+    jobs.append(("resnet50 b64", lambda: resnet_batch_rows(a.bin, npu, a.work, "resnet50", 64, log)))
     for dt in ("f32", "bf16"):
         jobs.append(
             (f"tiny {dt}", lambda dt=dt: qwen_rows(a.bin, npu, a.work, "qwen2.5-tiny", dt, a.steps, log))

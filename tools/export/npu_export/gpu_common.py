@@ -67,9 +67,10 @@ def time_program(
     log: Path | None = None,
     prefix: str | None = None,
     out: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """``npu-cuda-bench time``: runs PROG on the export's weights and reference inputs (keys
-    under PREFIX), returns its JSON timings; OUT receives the outputs."""
+    under PREFIX), returns its JSON timings; OUT receives the outputs; ENV adds settings."""
     cmd = [
         str(bin_dir / "npu-cuda-bench"),
         "time",
@@ -86,7 +87,7 @@ def time_program(
         cmd += ["--prefix", prefix]
     if out is not None:
         cmd += ["--out", str(out)]
-    return sh_json(cmd, log)
+    return sh_json(cmd, log, env)
 
 
 def cuda_ms(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from npu_export.gpu_ab import Variant, parse_variant  # noqa: E402
+from npu_export.gpu_ab import Variant, parse_variant, parse_vision  # noqa: E402
 
 
 def test_a_variant_is_a_label_a_directory_and_settings() -> None:
@@ -26,3 +26,14 @@ def test_a_variant_is_a_label_a_directory_and_settings() -> None:
 def test_malformed_variants_say_so(spec: str) -> None:
     with pytest.raises(ValueError, match="variant"):
         parse_variant(spec)
+
+
+def test_vision_cases_are_models_and_batches() -> None:
+    assert parse_vision("resnet50:64,resnet18:1") == [("resnet50", 64), ("resnet18", 1)]
+    assert parse_vision("") == []
+
+
+@pytest.mark.parametrize("spec", ["resnet50", "resnet50:", ":4", "resnet50:0", "resnet50:x"])
+def test_malformed_vision_cases_say_so(spec: str) -> None:
+    with pytest.raises(ValueError, match="vision case"):
+        parse_vision(spec)
