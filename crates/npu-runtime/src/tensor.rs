@@ -4,6 +4,8 @@ use crate::error::{Result, RuntimeError};
 use half::{bf16, f16};
 use npu_ir::DType;
 
+mod f16_slices;
+
 /// A tensor in host memory, stored as its dtype's little-endian bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostTensor {
@@ -146,22 +148,18 @@ pub fn cast_bytes(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> Result<
     Ok(())
 }
 
-/// f32 <-> f16/bf16 over whole aligned slices with `half`'s slice conversions (F16C where the
-/// CPU has it, detected at run time): the host side of every upload and download of 16-bit
-/// tensors. False when the pair or the alignment does not fit; the caller converts per element.
+/// f32 <-> f16/bf16 over whole aligned slices (f16: F16C eight lanes an instruction where the
+/// CPU has it, `f16_slices`; bf16: `half`'s slice conversions): the host side of every upload
+/// and download of 16-bit tensors. False when the pair or the alignment does not fit; the
+/// caller converts per element.
 fn cast_floats_fast(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> bool {
     use half::slice::HalfFloatSliceExt;
-    use half::{bf16, f16};
     match (from, to) {
-        (DType::F32, DType::F16) => convert(src, dst, |s: &[f32], d: &mut [f16]| {
-            d.convert_from_f32_slice(s)
-        }),
+        (DType::F32, DType::F16) => convert(src, dst, f16_slices::f32_to_f16),
         (DType::F32, DType::BF16) => convert(src, dst, |s: &[f32], d: &mut [bf16]| {
             d.convert_from_f32_slice(s)
         }),
-        (DType::F16, DType::F32) => convert(src, dst, |s: &[f16], d: &mut [f32]| {
-            s.convert_to_f32_slice(d)
-        }),
+        (DType::F16, DType::F32) => convert(src, dst, f16_slices::f16_to_f32),
         (DType::BF16, DType::F32) => convert(src, dst, |s: &[bf16], d: &mut [f32]| {
             s.convert_to_f32_slice(d)
         }),
