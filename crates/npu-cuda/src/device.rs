@@ -187,8 +187,8 @@ unsafe impl Sync for DnnHandle {}
 
 impl Device {
     /// Opens device 0, or says why there is none. Loads the driver and the kernel library
-    /// (from the CUBIN cache when it holds it); NVRTC and cuBLASLt are loaded when first
-    /// needed.
+    /// (from the CUBIN cache when it holds it); NVRTC, cuBLASLt and cuDNN are loaded when
+    /// first needed.
     pub fn open() -> CudaResult<Arc<Device>> {
         let mut phases = Vec::new();
         let mut t = Instant::now();
@@ -326,8 +326,8 @@ impl Device {
         });
         h.as_ref().map(|h| h.0).ok_or_else(|| {
             CudaError::MissingLibrary(
-                "the cuDNN library (libcudnn.so.9, e.g. from the nvidia-cudnn-cu13 wheel, on \
-                 LD_LIBRARY_PATH), needed with NPU_CUDA_CUDNN=require,"
+                "the cuDNN library (libcudnn.so.9 on the library path, e.g. from PyPI's \
+                 nvidia-cudnn wheel; needed with NPU_CUDA_CUDNN=require)"
                     .into(),
             )
         })

@@ -168,20 +168,27 @@ impl DnnConv {
         .map_err(|e| dnn_err("the algorithm heuristic", e))?;
         // The identity activation is fused only by the precomputed implicit GEMM.
         let precomp_only = !spec.relu;
-        let cands = perf[..found.clamp(0, CANDIDATES as c_int) as usize]
+        // The heuristic's candidates in its order, with the workspace each needs.
+        let cands: Vec<(sys::cudnnConvolutionFwdAlgo_t, usize)> = perf
+            [..found.clamp(0, CANDIDATES as c_int) as usize]
             .iter()
             .filter(|r| r.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
-            .filter(|r| r.memory <= WORKSPACE_MAX)
             .filter(|r| {
                 !precomp_only
                     || r.algo
                         == sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
             })
-            .map(|r| r.algo)
-            .collect::<Vec<_>>();
-        if cands.is_empty() {
+            .filter_map(|r| {
+                // SAFETY: live handle and descriptors.
+                let ws = unsafe {
+                    dnn::get_convolution_forward_workspace_size(handle, c.x, c.w, c.conv, c.y, r.algo)
+                };
+                ws.ok().filter(|&ws| ws <= WORKSPACE_MAX).map(|ws| (r.algo, ws))
+            })
+            .collect();
+        let Some(ws_max) = cands.iter().map(|&(_, ws)| ws).max() else {
             return Ok(None);
-        }
+        };
         let el = spec.dtype.size_bytes() as u64;
         let [o, cg, kh, kw] = spec.w;
         let sizes = [
@@ -190,22 +197,14 @@ impl DnnConv {
             spec.z.map_or(0, |z| z.span() as u64 * el),
             o as u64 * el,
             spec.y.span() as u64 * el,
-            WORKSPACE_MAX as u64,
+            ws_max as u64,
         ];
         let bufs = Scratch::zeroed(&sizes, "a cuDNN trial")?;
         c.ptrs.copy_from_slice(&bufs.0);
         if spec.z.is_none() {
             c.ptrs[2] = c.ptrs[4];
         }
-        for algo in cands {
-            // SAFETY: live handle and descriptors.
-            let ws = unsafe {
-                dnn::get_convolution_forward_workspace_size(handle, c.x, c.w, c.conv, c.y, algo)
-            };
-            let Ok(ws) = ws else { continue };
-            if ws > WORKSPACE_MAX {
-                continue;
-            }
+        for (algo, ws) in cands {
             c.algo = algo;
             c.workspace = ws as u64;
             if c.launch(dev).is_ok() && dev.stream.synchronize().is_ok() {
