@@ -43,6 +43,17 @@ impl ConvP {
     }
 }
 
+/// A convolution's bound operands: input, dense weight, optional bias, optional residual
+/// (added before the activation) and output.
+#[derive(Clone, Copy)]
+pub(crate) struct ConvIo<'a> {
+    pub x: &'a Binding,
+    pub w: &'a Binding,
+    pub bias: Option<&'a Binding>,
+    pub residual: Option<&'a Binding>,
+    pub out: &'a Binding,
+}
+
 #[derive(Clone, Copy)]
 pub(crate) struct ConvP {
     pub stride: [usize; 2],
@@ -72,7 +83,17 @@ impl Planner<'_> {
         out: &Binding,
     ) -> Result<StepPlan, String> {
         let dims = p.dims(x, w, bias, out)?;
-        if let Some(plan) = self.conv_channels_last(p, &dims, x, w, bias, Some(r), out)? {
+        if let Some(plan) = self.conv_channels_last(
+            p,
+            &dims,
+            ConvIo {
+                x,
+                w,
+                bias,
+                residual: Some(r),
+                out,
+            },
+        )? {
             return Ok(plan);
         }
         let Some((_, Kernel::Elementwise { expr })) = kernel.split_residual_conv() else {
@@ -116,7 +137,17 @@ impl Planner<'_> {
         if g > 1 && kc <= DIRECT_CONV_MAX_TAPS {
             return Ok(self.conv_direct(p, x, w, bias, out, n * o * oh * ow));
         }
-        if let Some(plan) = self.conv_channels_last(p, &dims, x, w, bias, None, out)? {
+        if let Some(plan) = self.conv_channels_last(
+            p,
+            &dims,
+            ConvIo {
+                x,
+                w,
+                bias,
+                residual: None,
+                out,
+            },
+        )? {
             return Ok(plan);
         }
         let cols = n * oh * ow;

@@ -10,7 +10,7 @@
 //! ReLU6 commutes with rounding and follows in place (`k_act_rows16`); other activations take
 //! the GEMM's f32 epilogue, which keeps one rounding.
 
-use super::conv::ConvP;
+use super::conv::{ConvIo, ConvP};
 use super::gemm::{gemv_path, GemmPaths, GemvPath};
 use super::{align, channel_runs16, kl, Planner, StepPlan, SCRATCH0};
 use crate::launch::{dtype_code, grid_for, Arg, TdArg};
@@ -42,17 +42,19 @@ fn pixel_rows(b: &Binding) -> Option<usize> {
 impl Planner<'_> {
     /// The channels-last GEMM plan, or `None` when the operands do not fit it (the caller
     /// takes the channels-first path).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn conv_channels_last(
         &self,
         p: &ConvP,
         d: &ConvDims,
-        x: &Binding,
-        w: &Binding,
-        bias: Option<&Binding>,
-        residual: Option<&Binding>,
-        out: &Binding,
+        io: ConvIo,
     ) -> Result<Option<StepPlan>, String> {
+        let ConvIo {
+            x,
+            w,
+            bias,
+            residual,
+            out,
+        } = io;
         let dt = w.dtype;
         let Some(os) = pixel_rows(out) else {
             return Ok(None);
@@ -73,7 +75,7 @@ impl Planner<'_> {
         let pointwise = d.kh == 1 && d.kw == 1 && p.stride == [1, 1] && p.padding == [0, 0];
         // Where the GEMM would gather an im2col matrix first, cuDNN reads the input in place.
         if !(pointwise && pixel_rows(x).is_some()) {
-            if let Some(plan) = self.conv_dnn(p, d, x, w, bias, residual, out)? {
+            if let Some(plan) = self.conv_dnn(p, d, io)? {
                 return Ok(Some(plan));
             }
         }

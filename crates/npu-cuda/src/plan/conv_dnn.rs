@@ -7,7 +7,7 @@
 //! so the step first copies it to [O, kh, kw, C] in scratch (a few microseconds; the copy
 //! is redone each run because a weight slot may be rewritten between runs).
 
-use super::conv::ConvP;
+use super::conv::{ConvIo, ConvP};
 use super::{align, Planner, StepPlan, SCRATCH0};
 use crate::device::CudnnUse;
 use crate::dnn::{DnnConv, DnnConvSpec, Nchw};
@@ -48,17 +48,19 @@ const DNN_MIN_L2S: u64 = 2;
 impl Planner<'_> {
     /// The cuDNN plan, or `None` where the convolution is not one cuDNN takes here or
     /// cuDNN is absent or runs none of its algorithms for it (unless `NPU_CUDA_CUDNN=require`).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn conv_dnn(
         &self,
         p: &ConvP,
         d: &ConvDims,
-        x: &Binding,
-        w: &Binding,
-        bias: Option<&Binding>,
-        residual: Option<&Binding>,
-        out: &Binding,
+        io: ConvIo,
     ) -> Result<Option<StepPlan>, String> {
+        let ConvIo {
+            x,
+            w,
+            bias,
+            residual,
+            out,
+        } = io;
         let dt = w.dtype;
         let bias_ok = |b: &Binding| {
             b.dtype == dt
