@@ -5,8 +5,9 @@
 #   .whl/ and the Vulkan loader's and GLVND's .debs into .gl/; all ignored via .git/info/exclude and carried
 #   to the device).
 # There: scripts/gpu-check.sh [--bench] [--no-sanitize] [gpu_check args]: installs the wheel, runs
-#   every kernel kind against the CPU backend, ResNet-18/50 f16 and Qwen2.5 (tiny f32/bf16, 1.5B
-#   bf16) against PyTorch on the same GPU, prints a table; then compute-sanitizer memcheck and
+#   every kernel kind against the CPU backend (the convolution cases twice: once more forced onto
+#   cuDNN), ResNet-18/50 f16 (ResNet-50 at batch 64 too) and Qwen2.5 (tiny f32/bf16, 1.5B bf16)
+#   against PyTorch on the same GPU, prints a table; then compute-sanitizer memcheck and
 #   racecheck over the kernel check (short contexts) and one end-to-end model (Qwen2.5-tiny f32,
 #   prefill + 2 decode steps; exit status non-zero on any reported error); with --bench also runs
 #   the benchmark (python -m npu_export.gpu_bench). Logs and JSON go to $OUT (or /tmp/npu-gpu-out).
