@@ -58,7 +58,7 @@ pub(crate) struct DnnConvSpec {
     pub dilation: [usize; 2],
     pub groups: usize,
     pub relu: bool,
-    /// Where x, w, z (`Loc::Null` without one), the bias vector, y and the workspace lie.
+    /// Where x, w, z (y's place without a residual), the bias vector, y and the workspace lie.
     pub locs: [Loc; 6],
 }
 
@@ -208,10 +208,7 @@ impl DnnConv {
             c.algo = algo;
             c.workspace = ws as u64;
             if c.launch(dev).is_ok() && dev.stream.synchronize().is_ok() {
-                c.locs = spec.locs;
-                if spec.z.is_none() {
-                    c.locs[2] = spec.locs[4];
-                }
+                // the trial buffers are freed below; runs resolve `locs` before launching
                 c.ptrs = [0; 6];
                 return Ok(Some(c));
             }

@@ -123,7 +123,8 @@ impl Planner<'_> {
             locs: [
                 TdArg::of(x).loc,
                 Loc::Scratch(w_off),
-                residual.map_or(Loc::Null, |r| TdArg::of(r).loc),
+                // without a residual cuDNN reads y as z (alpha2 0)
+                TdArg::of(residual.unwrap_or(out)).loc,
                 bias_loc,
                 TdArg::of(out).loc,
                 Loc::Scratch(ws_off),
