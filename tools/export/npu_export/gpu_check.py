@@ -68,6 +68,20 @@ def kernel_rows(bin_dir: Path, work: Path, log: Path, cudnn: bool = False) -> li
 PARTITIONED = {"whisper-encoder-tiny", "unet-tiny"}
 
 
+def torch_f16_logits(build: Any, d: Path) -> torch.Tensor:
+    """The export's vision model (seed 0, its batch-norm statistics randomized as the export
+    did) in f16 on the GPU, run on the export's reference input: the logits, f32 on the CPU."""
+    from . import vision
+
+    x = next(v for k, v in load_file(str(d / "io.safetensors")).items() if k.startswith("input."))
+    torch.manual_seed(0)
+    net = build()
+    vision.randomize_batchnorm(net, torch.Generator().manual_seed(0))
+    net = net.eval().half().cuda()
+    with torch.no_grad():
+        return net(x.half().cuda()).float().cpu()
+
+
 def resnet_rows(bin_dir: Path, npu: str, work: Path, model: str, log: Path) -> list[Row]:
     from . import vision
     from .gpu_bench import EXTRA_VISION, export_extra
@@ -78,14 +92,7 @@ def resnet_rows(bin_dir: Path, npu: str, work: Path, model: str, log: Path) -> l
     else:
         d = g.export(model, work / f"{model}-b1", ["--batch", "1"], log)
         build = vision.MODELS[model][0]
-    io = load_file(str(d / "io.safetensors"))
-    x = next(v for k, v in io.items() if k.startswith("input."))
-    torch.manual_seed(0)
-    net = build()
-    vision.randomize_batchnorm(net, torch.Generator().manual_seed(0))
-    net = net.eval().half().cuda()
-    with torch.no_grad():
-        ref = net(x.half().cuda()).float().cpu()
+    ref = torch_f16_logits(build, d)
     rows: list[Row] = []
     # npu: channel-padded NCHW; gpu: channels-last (the layout the CUDA convolutions want)
     for target in ("npu", "gpu"):
@@ -120,13 +127,7 @@ def resnet_batch_rows(bin_dir: Path, npu: str, work: Path, model: str, batch: in
     from . import vision
 
     d = g.export(model, work / f"{model}-b{batch}", ["--batch", str(batch)], log)
-    x = next(v for k, v in load_file(str(d / "io.safetensors")).items() if k.startswith("input."))
-    torch.manual_seed(0)
-    net = vision.MODELS[model][0]()
-    vision.randomize_batchnorm(net, torch.Generator().manual_seed(0))
-    net = net.eval().half().cuda()
-    with torch.no_grad():
-        ref = net(x.half().cuda()).float().cpu()
+    ref = torch_f16_logits(vision.MODELS[model][0], d)
     ours_file = d / "cuda-out-gpu.safetensors"
     prog = g.compile_program(npu, d / "model.ir.json", d / "f16-gpu.npubin", "f16", log, target="gpu")
     g.time_program(bin_dir, prog, d, 5, log, out=ours_file)
