@@ -241,14 +241,3 @@ fn small_cnn_activations_are_channels_last_on_the_gpu_target() {
     );
     assert_eq!(report.padded_values, 0, "24 channels are a multiple of 8");
 }
-
-#[test]
-fn qwen_1_5b_decode_mlps_group_for_one_launch() {
-    // Backends run a decoder MLP (gate/up GEMM, SiLU gating, down GEMM) as one launch where
-    // `gated_mlp` proves it equal to the steps: every layer's, with the GPU target's layout
-    let (p, _) = build("qwen2.5-1.5b/decode.ir.json", &GPU, None);
-    let groups = (0..p.steps.len())
-        .filter(|&i| npu_program::groups::gated_mlp(&p.steps[i..]).is_some())
-        .count();
-    assert_eq!(groups, 28, "one MLP group per layer");
-}

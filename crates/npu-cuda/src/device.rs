@@ -38,7 +38,6 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_im2col",
     "k_gemv",
     "k_gemv16",
-    "k_mlp16",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -134,9 +133,6 @@ pub struct Device {
     /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
     /// unless `NPU_CUDA_DEC_MMA=0` (then `k_attn_dec`, for comparisons).
     pub(crate) dec_mma: bool,
-    /// A decode MLP (gate/up GEMV, SiLU gating, down GEMV) runs as one `k_mlp16` launch,
-    /// unless `NPU_CUDA_FUSE_MLP=0` (then three, for comparisons).
-    pub(crate) fuse_mlp: bool,
     /// Kernels in `DTYPE_INSTANCES` take their per-dtype instance where the operands allow,
     /// unless `NPU_CUDA_DTYPE_KERNELS=0` (then the generic one, for comparisons).
     pub(crate) dtype_kernels: bool,
@@ -243,7 +239,6 @@ impl Device {
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
-            fuse_mlp: std::env::var("NPU_CUDA_FUSE_MLP").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
             cudnn: CudnnUse::from_env(),
             lt_algos: Mutex::new(HashMap::new()),
@@ -258,7 +253,7 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16", "k_mlp16"];
+        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()
@@ -359,22 +354,6 @@ impl Device {
         self.ctx
             .bind_to_thread()
             .map_err(|e| CudaError::driver("binding the context", e))
-    }
-
-    /// How many blocks of `func` (`threads` each, `smem` bytes of dynamic shared memory) one
-    /// SM holds at once, as the driver computes it.
-    pub(crate) fn resident_blocks(&self, func: Func, threads: u32, smem: u32) -> CudaResult<usize> {
-        self.bind()?;
-        // SAFETY: a function handle of this device's loaded modules.
-        let n = unsafe {
-            result::occupancy::max_active_block_per_multiprocessor(
-                func.0,
-                threads as i32,
-                smem as usize,
-            )
-        }
-        .map_err(|e| CudaError::driver("the occupancy of a kernel", e))?;
-        Ok(n.max(0) as usize)
     }
 
     pub(crate) fn func(&self, name: &str) -> Func {

@@ -263,86 +263,77 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
-// a[0 .. K) staged raw into shared memory as K / 8 uint4 (K % 8 == 0); `cg` reads through L2
-// only (a row other blocks of this grid wrote).
-__device__ __forceinline__ void gv_stage(const TD& a, i64 ao, int K, uint4* as4, bool cg) {
-  const unsigned short* ap = (const unsigned short*)a.ptr;
-  i64 ak = a.st[a.rank - 1];
-  if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
-    // contiguous, 16-byte aligned a: one 16-byte load per thread and pass
-    const uint4* a4 = (const uint4*)(ap + ao);
-    for (int v = threadIdx.x; v < K / 8; v += blockDim.x) as4[v] = cg ? __ldcg(a4 + v) : a4[v];
-  } else {
-    unsigned short* as16 = (unsigned short*)as4;
-#pragma unroll 4
-    for (int k = threadIdx.x; k < K; k += blockDim.x) as16[k] = cg ? __ldcg(ap + ao + k * ak) : ap[ao + k * ak];
-  }
-  __syncthreads();
-}
-
-// The staged row RMS-normalized in place, as k_rms_norm computes it (`nw` the weight).
-__device__ __forceinline__ void gv_norm(int dt, int K, unsigned short* as16, const TD& nw, float eps) {
-  bool bf = dt == DT_BF16;
-  float ss = 0.0f;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
-    float v = h16_to_f32(as16[k], dt);
-    ss += v * v;
-  }
-  ss = block_sum(ss);
-  float inv = 1.0f / sqrtf(ss / (float)K + eps);
-  i64 ws = nw.st[nw.rank - 1];
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
-    float v = h16_to_f32(as16[k], dt);
-    float y = round_dt(dt, v * inv) * ld(nw, k * ws);
-    as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
-  }
-  __syncthreads();
-}
-
-// This lane's share of one weight row's dot product with the staged row: `w` holds the row's
-// first loads (gv_load at v0 = lane), the rest stream GV_U at a time.
-__device__ __forceinline__ float gv_dot(uint4 (&w)[GV_U], const uint4* row, const uint4* as4, int nv, int lane,
-                                        int dt) {
-  float s = 0.0f;
-  for (int v0 = lane;;) {
-#pragma unroll
-    for (int u = 0; u < GV_U; ++u) {
-      int v = v0 + 32 * u;
-      if (v < nv) {
-        float wf[8], xf[8];
-        unpack8(w[u], dt, wf);
-        unpack8(as4[v], dt, xf);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
-      }
-    }
-    v0 += 32 * GV_U;
-    if (v0 >= nv) break;
-    gv_load(w, row, v0, nv);
-  }
-  return s;
-}
-
-// k_gemv16's loop over column groups g0, g0 + gstep, .. of `out` (8 columns a group, warp w
-// column 8g + w) against the staged row, `w` already holding the first group's first loads.
-__device__ __forceinline__ void gv_columns(const TD& b, const uint4* as4, const TD& bias, int has_bias,
-                                           float alpha, float beta, int act, const TD& out, i64 batch, i64 g0,
-                                           i64 gstep, uint4 (&w)[GV_U]) {
+extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  extern __shared__ uint4 as4[];
+  unsigned short* as16 = (unsigned short*)as4;
   int r = out.rank;
-  i64 N = out.sh[r - 1], K = b.sh[r - 2];
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 batch = blockIdx.y;
+  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   i64 groups = (N + 7) / 8;
-  const unsigned short* bp = (const unsigned short*)b.ptr + offset_lead(b, r - 2, batch);
+  const unsigned short* bp = (const unsigned short*)b.ptr + bo;
   i64 bs = b.st[r - 1];
   // a warp past N streams row N - 1 (in bounds) and stores nothing
   auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
   int nv = (int)(K / 8);
-  const uint4* row = row_of(g0);
-  for (i64 g = g0; g < groups; g += gstep) {
+  i64 g = blockIdx.x;
+  const uint4* row = row_of(g);
+  uint4 w[GV_U];
+  gv_load(w, row, lane, nv);
+  const unsigned short* ap = (const unsigned short*)a.ptr;
+  i64 ak = a.st[r - 1];
+  if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
+    // contiguous, 16-byte aligned a (K % 8 == 0 here): one 16-byte load per thread and pass
+    const uint4* a4 = (const uint4*)(ap + ao);
+    for (int v = threadIdx.x; v < (int)(K / 8); v += blockDim.x) as4[v] = a4[v];
+  } else {
+#pragma unroll 4
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[ao + k * ak];
+  }
+  __syncthreads();
+  if (has_norm) {
+    bool bf = a.dt == DT_BF16;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+      float v = h16_to_f32(as16[k], a.dt);
+      ss += v * v;
+    }
+    ss = block_sum(ss);
+    float inv = 1.0f / sqrtf(ss / (float)K + eps);
+    i64 ws = nw.st[nw.rank - 1];
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+      float v = h16_to_f32(as16[k], a.dt);
+      float y = round_dt(a.dt, v * inv) * ld(nw, k * ws);
+      as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
+    }
+    __syncthreads();
+  }
+  for (; g < groups; g += gridDim.x) {
     i64 n = g * 8 + warp;
-    float s = gv_dot(w, row, as4, nv, lane, b.dt);
-    if (g + gstep < groups) {
-      row = row_of(g + gstep);
+    float s = 0.0f;
+    for (int v0 = lane;;) {
+#pragma unroll
+      for (int u = 0; u < GV_U; ++u) {
+        int v = v0 + 32 * u;
+        if (v < nv) {
+          float wf[8], xf[8];
+          unpack8(w[u], b.dt, wf);
+          unpack8(as4[v], b.dt, xf);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+        }
+      }
+      v0 += 32 * GV_U;
+      if (v0 >= nv) break;
+      gv_load(w, row, v0, nv);
+    }
+    if (g + gridDim.x < groups) {
+      row = row_of(g + gridDim.x);
       gv_load(w, row, lane, nv);
     }
     s = warp_sum(s);
@@ -353,123 +344,6 @@ __device__ __forceinline__ void gv_columns(const TD& b, const uint4* as4, const 
       st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
     }
   }
-}
-
-// The first loads of warp w's row of column group g (see gv_columns).
-__device__ __forceinline__ void gv_first(uint4 (&w)[GV_U], const TD& b, const TD& out, i64 batch, i64 g) {
-  int r = out.rank;
-  i64 N = out.sh[r - 1], K = b.sh[r - 2];
-  const unsigned short* bp = (const unsigned short*)b.ptr + offset_lead(b, r - 2, batch);
-  i64 n = min(g * 8 + (threadIdx.x >> 5), N - 1);
-  gv_load(w, (const uint4*)(bp + n * b.st[r - 1]), threadIdx.x & 31, (int)(K / 8));
-}
-
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                           float beta, int act, TD out, TD nw, int has_norm,
-                                                           float eps) {
-  prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
-  extern __shared__ uint4 as4[];
-  int r = out.rank;
-  i64 K = a.sh[r - 1];
-  i64 batch = blockIdx.y;
-  uint4 w[GV_U];
-  gv_first(w, b, out, batch, blockIdx.x);
-  gv_stage(a, offset_lead(a, r - 2, batch), (int)K, as4, false);
-  if (has_norm) gv_norm(a.dt, (int)K, (unsigned short*)as4, nw, eps);
-  gv_columns(b, as4, bias, has_bias, alpha, beta, act, out, batch, blockIdx.x, gridDim.x, w);
-}
-
-// Every block of the grid waits here until all have arrived; writes before it are visible to
-// every block after it. `bar` = {count, generation}, zero at the first use: the last block to
-// arrive resets the count and advances the generation, so the pair is ready for the next
-// barrier. Needs every block of the grid resident at once (the planner sizes the grid by the
-// occupancy the driver reports).
-__device__ __forceinline__ void grid_barrier(unsigned* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    volatile unsigned* vb = bar;
-    unsigned gen = vb[1];
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      atomicAdd(bar + 1, 1u);
-    } else {
-      while (vb[1] == gen) __nanosleep(64);
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-// A decoder's gated MLP in decode, one launch (plan/mlp.rs; npu_program::groups::gated_mlp):
-// phase 1 is k_gemv16 over the gate/up weight [2F, K1] with the RMSNorm prologue, warps 0-3
-// taking gate rows p and warps 4-7 the up rows F + p of four pairs p a group, and stores
-// h[p] = silu(gate) * up from the two values rounded to gu_dt (what the unfused GEMV stores and
-// the gating step reads), without storing them; after a grid barrier, phase 2 is k_gemv16
-// over the down weight with h staged (out = down(h), plus the residual). Both phases sum in
-// k_gemv16's order, so the outputs equal the three steps' bit for bit. Phase 2's column groups
-// go to the last blocks, which have the fewest phase-1 groups: they prefetch their down rows
-// into L2 and issue their first loads while the others finish phase 1.
-// k_mlp16's prefetch: each warp's lane 0 fetches the first GV_PREFETCH_ROW bytes of its
-// first gate or up row into L2 (as prefetch_l2_gemv_row).
-__device__ __forceinline__ void prefetch_l2_mlp_row(const TD& wgu, const TD& h) {
-  int r = h.rank;
-  i64 F = h.sh[r - 1], K = wgu.sh[r - 2];
-  i64 p = blockIdx.x * 4 + ((threadIdx.x >> 5) & 3);
-  if ((threadIdx.x & 31) != 0 || p >= F) return;
-  i64 row = p + (threadIdx.x >> 7) * F;
-  prefetch_l2((const unsigned short*)wgu.ptr + row * wgu.st[r - 1], min((u64)K * 2, (u64)GV_PREFETCH_ROW));
-}
-
-extern "C" __global__ void __launch_bounds__(256) k_mlp16(TD x, TD wgu, float alpha1, int gu_dt, TD nw, int has_norm,
-                                                          float eps, int silu, TD h, TD wd, TD res, int res_mode,
-                                                          float alpha2, float beta2, TD out, unsigned* bar) {
-  prefetch_l2_mlp_row(wgu, h);
-  pdl_enter();
-  extern __shared__ uint4 as4[];
-  __shared__ float up_s[2][4];
-  const int r = h.rank, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hw = warp & 3, half = warp >> 2;
-  const i64 F = h.sh[r - 1], K1 = x.sh[r - 1];
-  const unsigned short* gp = (const unsigned short*)wgu.ptr;
-  const i64 gs = wgu.st[r - 1];
-  const i64 groups1 = (F + 3) / 4;
-  // warp (hw, half) of pair group g: row p (gate) or F + p (up), p clamped in bounds
-  auto row1 = [&](i64 g) { return (const uint4*)(gp + (min(g * 4 + hw, F - 1) + half * F) * gs); };
-  const int nv1 = (int)(K1 / 8);
-  uint4 w[GV_U];
-  const uint4* row = row1(blockIdx.x);
-  gv_load(w, row, lane, nv1);
-  gv_stage(x, 0, (int)K1, as4, false);
-  if (has_norm) gv_norm(x.dt, (int)K1, (unsigned short*)as4, nw, eps);
-  int it = 0;
-  for (i64 g = blockIdx.x; g < groups1; g += gridDim.x, ++it) {
-    float s = gv_dot(w, row, as4, nv1, lane, wgu.dt);
-    if (g + gridDim.x < groups1) {
-      row = row1(g + gridDim.x);
-      gv_load(w, row, lane, nv1);
-    }
-    s = warp_sum(s);
-    const float v = round_dt(gu_dt, alpha1 * s);
-    if (half == 1 && lane == 0) up_s[it & 1][hw] = v;
-    __syncthreads();
-    const i64 p = g * 4 + hw;
-    if (half == 0 && lane == 0 && p < F) st(h, p * h.st[r - 1], apply_unary(silu, v) * up_s[it & 1][hw]);
-  }
-  // phase 2's first group of this block: the last blocks take the first groups
-  const i64 N2 = out.sh[r - 1], K2 = wd.sh[r - 2], groups2 = (N2 + 7) / 8;
-  const i64 g2 = gridDim.x - 1 - blockIdx.x;
-  if (g2 < groups2) {
-    const i64 n = min(g2 * 8 + warp, N2 - 1);
-    const unsigned short* dp = (const unsigned short*)wd.ptr + n * wd.st[r - 1];
-    if (lane == 0) prefetch_l2(dp, (u64)K2 * 2);
-    gv_first(w, wd, out, 0, g2);
-  }
-  grid_barrier(bar);
-  if (g2 >= groups2) return;
-  gv_stage(h, 0, (int)K2, as4, true);
-  gv_columns(wd, as4, res, res_mode, alpha2, beta2, -1, out, 0, g2, gridDim.x, w);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

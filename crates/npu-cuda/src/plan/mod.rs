@@ -13,7 +13,6 @@ mod conv_dnn;
 mod epilogue_norm;
 mod gather;
 mod gemm;
-mod mlp;
 mod persist;
 mod pointwise;
 mod pool;

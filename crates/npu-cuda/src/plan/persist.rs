@@ -8,10 +8,6 @@
 //!
 //! Invariant: an entry's region is written only by the launch planned with it, which runs
 //! before every step that reads the entry, on every run (steps run in program order).
-//!
-//! The region also holds the grid barrier's words (`barrier`): zero when the scratch is
-//! allocated, and every launch that uses them leaves them ready for the next (kernels/gemm.cu,
-//! `grid_barrier`); launches run one after another, so one pair serves them all.
 
 use super::align;
 use npu_program::program::{Binding, Program, Slot};
@@ -30,8 +26,6 @@ pub(crate) struct Persistent {
     entries: Vec<Entry>,
     /// Bytes of the region so far.
     pub bytes: u64,
-    /// Where the grid barrier's two words lie, once a launch has asked for them.
-    barrier: Option<u64>,
 }
 
 /// Where data derived from `src` lies, and whether the step asking must compute it.
@@ -41,17 +35,6 @@ pub(crate) struct Derived {
 }
 
 impl Persistent {
-    /// The grid barrier's words {count, generation} (8 bytes, zeroed with the scratch).
-    pub fn barrier(&mut self) -> u64 {
-        if let Some(off) = self.barrier {
-            return off;
-        }
-        let off = self.bytes;
-        self.bytes += align(8);
-        self.barrier = Some(off);
-        off
-    }
-
     /// The region for `bytes` of data derived from `src` with `params` at step `at`: an
     /// earlier entry's when its source is unchanged since, else a new one to compute now.
     pub fn derive(
