@@ -346,6 +346,108 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
   }
 }
 
+// k_gemv16_gated's prefetch: lanes 0 and 16 of each warp fetch the first GV_PREFETCH_ROW bytes
+// of the warp's first gate and up rows into L2 (as prefetch_l2_gemv_row).
+__device__ __forceinline__ void prefetch_l2_gated_row(const TD& b, const TD& h) {
+  i64 F = h.sh[h.rank - 1], K = b.sh[b.rank - 2];
+  i64 p = (i64)blockIdx.x * 8 + (threadIdx.x >> 5);
+  int lane = threadIdx.x & 31;
+  if ((lane & 15) != 0 || p >= F) return;
+  const unsigned short* row = (const unsigned short*)b.ptr + (p + (lane >> 4) * F) * b.st[b.rank - 1];
+  prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
+}
+
+// GV_U 16-byte loads of a half-warp's row (lane hl of 16) from element chunk v0 on.
+__device__ __forceinline__ void gvh_load(uint4 (&w)[GV_U], const uint4* row, int v0, int nv) {
+#pragma unroll
+  for (int u = 0; u < GV_U; ++u)
+    if (v0 + 16 * u < nv) w[u] = __ldg(row + v0 + 16 * u);
+}
+
+// M = 1: a gated MLP's gate/up product and its SiLU gating in one launch (plan/gated.rs;
+// npu_program::groups::gated_gemm). b holds the gate rows [0, F) and the up rows [F, 2F) (one
+// concatenated weight, read as k_gemv16 reads it); h[p] = silu(gate_p) * up_p from the two
+// values rounded to gu_dt, as the GEMM would store them and the gating step read them (the
+// GEMM's output is not stored). A warp per pair: lanes 0-15 stream gate row p and lanes 16-31
+// up row F + p, GV_U 16-byte loads in flight a lane as in k_gemv16, so the pair meets through
+// shuffles and no barrier holds a warp for another (a block-wide pairing of gate and up warps,
+// measured 2026-11-27, lost more than the gating launch it saved). Block b's warps take pairs
+// 8b .. 8b + 7, then 8 gridDim.x further (as k_gemv16's column groups; pairs spread over the
+// grid's warps block-minor were slower). a is staged, and RMS-normalized where has_norm, as in k_gemv16. K % 8 == 0 and
+// 16-byte aligned b rows, as k_gemv16.
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_gated(TD a, TD b, float alpha, int gu_dt, TD nw,
+                                                                 int has_norm, float eps, int silu, TD h) {
+  prefetch_l2_gated_row(b, h);
+  pdl_enter();
+  extern __shared__ uint4 as4[];
+  unsigned short* as16 = (unsigned short*)as4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hl = lane & 15, half = lane >> 4;
+  const i64 F = h.sh[h.rank - 1], K = a.sh[a.rank - 1];
+  const unsigned short* bp = (const unsigned short*)b.ptr;
+  const i64 bs = b.st[b.rank - 1], W = (i64)gridDim.x * 8;
+  const int nv = (int)(K / 8);
+  // a warp past F streams pair F - 1 (in bounds) and stores nothing
+  auto row_of = [&](i64 p) { return (const uint4*)(bp + (min(p, F - 1) + half * F) * bs); };
+  i64 p = (i64)blockIdx.x * 8 + warp;
+  const uint4* row = row_of(p);
+  uint4 w[GV_U];
+  gvh_load(w, row, hl, nv);
+  const unsigned short* ap = (const unsigned short*)a.ptr;
+  const i64 ak = a.st[a.rank - 1];
+  if (ak == 1 && (a.ptr & 15) == 0) {
+    const uint4* a4 = (const uint4*)ap;
+    for (int v = threadIdx.x; v < nv; v += blockDim.x) as4[v] = a4[v];
+  } else {
+#pragma unroll 4
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[k * ak];
+  }
+  __syncthreads();
+  if (has_norm) {
+    bool bf = a.dt == DT_BF16;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+      float v = h16_to_f32(as16[k], a.dt);
+      ss += v * v;
+    }
+    ss = block_sum(ss);
+    float inv = 1.0f / sqrtf(ss / (float)K + eps);
+    i64 ws = nw.st[nw.rank - 1];
+    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+      float v = h16_to_f32(as16[k], a.dt);
+      float y = round_dt(a.dt, v * inv) * ld(nw, k * ws);
+      as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
+    }
+    __syncthreads();
+  }
+  for (; p < F; p += W) {
+    float s = 0.0f;
+    for (int v0 = hl;;) {
+#pragma unroll
+      for (int u = 0; u < GV_U; ++u) {
+        int v = v0 + 16 * u;
+        if (v < nv) {
+          float wf[8], xf[8];
+          unpack8(w[u], b.dt, wf);
+          unpack8(as4[v], b.dt, xf);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+        }
+      }
+      v0 += 16 * GV_U;
+      if (v0 >= nv) break;
+      gvh_load(w, row, v0, nv);
+    }
+    if (p + W < F) {
+      row = row_of(p + W);
+      gvh_load(w, row, hl, nv);
+    }
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float v = round_dt(gu_dt, alpha * s);
+    const float up = __shfl_xor_sync(0xffffffffu, v, 16);
+    if (lane == 0) st(h, p * h.st[h.rank - 1], apply_unary(silu, v) * up);
+  }
+}
+
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with
 // 32-bit index math. Same layout as k_im2col.
 extern "C" __global__ void k_im2col2(TD x, int c0, int cg, int kh, int kw, int sh, int sw, int ph, int pw,

@@ -11,6 +11,7 @@ mod conv;
 mod conv_cl;
 mod conv_dnn;
 mod epilogue_norm;
+mod gated;
 mod gather;
 mod gemm;
 mod persist;
