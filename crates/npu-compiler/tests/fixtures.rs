@@ -241,15 +241,3 @@ fn small_cnn_activations_are_channels_last_on_the_gpu_target() {
     );
     assert_eq!(report.padded_values, 0, "24 channels are a multiple of 8");
 }
-
-#[test]
-fn qwen_1_5b_decode_gate_up_and_gating_group_for_one_launch() {
-    // Backends may store an MLP's SiLU-gated product from its gate/up GEMM where
-    // `gated_gemm` proves one launch equal to the two steps: every layer's, in the GPU
-    // target's layout
-    let (p, _) = build("qwen2.5-1.5b/decode.ir.json", &GPU, None);
-    let groups = (0..p.steps.len())
-        .filter(|&i| npu_program::groups::gated_gemm(&p.steps[i..]).is_some())
-        .count();
-    assert_eq!(groups, 28, "one gated pair per layer");
-}

@@ -38,7 +38,6 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_im2col",
     "k_gemv",
     "k_gemv16",
-    "k_gemv16_gated",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -134,9 +133,6 @@ pub struct Device {
     /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
     /// unless `NPU_CUDA_DEC_MMA=0` (then `k_attn_dec`, for comparisons).
     pub(crate) dec_mma: bool,
-    /// A decode MLP's gate/up GEMV stores the SiLU-gated product itself (`k_gemv16_gated`),
-    /// unless `NPU_CUDA_FUSE_GATING=0` (then the GEMV and the gating step, for comparisons).
-    pub(crate) fuse_gating: bool,
     /// Kernels in `DTYPE_INSTANCES` take their per-dtype instance where the operands allow,
     /// unless `NPU_CUDA_DTYPE_KERNELS=0` (then the generic one, for comparisons).
     pub(crate) dtype_kernels: bool,
@@ -243,7 +239,6 @@ impl Device {
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
-            fuse_gating: std::env::var("NPU_CUDA_FUSE_GATING").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
             cudnn: CudnnUse::from_env(),
             lt_algos: Mutex::new(HashMap::new()),
@@ -258,13 +253,7 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = [
-            "k_attn",
-            "k_attn_dec_mma",
-            "k_gemv",
-            "k_gemv16",
-            "k_gemv16_gated",
-        ];
+        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()

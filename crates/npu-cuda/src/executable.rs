@@ -168,20 +168,7 @@ impl CudaExecutable {
                 steps.extend((1..n).map(|_| Vec::new()));
                 continue;
             }
-            if let Some((n, p)) = planner.gated_gemv(&program.steps[i..]) {
-                steps.push(p.launches);
-                steps.extend((1..n).map(|_| Vec::new()));
-                continue;
-            }
-            // A pair never takes the GEMM of a gated pair (whose launch holds it).
-            let gated_next = program
-                .steps
-                .get(i + 1..)
-                .is_some_and(|rest| planner.gated_group(rest).is_some());
-            let pair = (!gated_next)
-                .then(|| planner.epilogue_norm(&program.steps[i..]))
-                .flatten();
-            if let Some(pair) = pair {
+            if let Some(pair) = planner.epilogue_norm(&program.steps[i..]) {
                 for p in pair {
                     scratch_need = scratch_need.max(p.scratch);
                     steps.push(p.launches);

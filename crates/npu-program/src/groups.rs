@@ -5,19 +5,12 @@
 //! whose cost is the launch, not the work (Qwen2.5-1.5B: 112 of a step's ~320 kernels).
 //! [`rope_cache`] finds them; CUDA's `k_rope_cache` and wgpu's fused dispatch run them as one.
 //!
-//! A decoder MLP's gate/up GEMM and its SiLU gating are another such run in decode:
-//! [`gated_gemm`].
-//!
 //! Equivalence with running the steps in order: one launch runs its parts concurrently, so no
 //! output of the group may overlap another output or any input of the group, except the one
 //! edge a kernel carries in registers (the second RoPE's output read by the first index_copy,
 //! matched as the identical binding).
 
 use crate::program::{Binding, Kernel, Slot, Step};
-
-mod gated_gemm;
-
-pub use gated_gemm::{gated_gemm, is_silu_mul, GatedGemm};
 
 /// Whether a and b may share bytes: the same slot's overlapping ranges, or an input and an
 /// output (an output may be donated an input's buffer; distinct inputs never share one).
@@ -134,60 +127,6 @@ pub mod fixtures {
             outputs,
             origin: String::new(),
         }
-    }
-
-    /// A decoder's MLP in decode as the compiler emits it (Qwen2.5's shapes scaled down, bf16):
-    /// RMSNorm + gate/up GEMM, SiLU gating of the halves, down GEMM + residual.
-    pub fn decoder_mlp() -> Vec<Step> {
-        let a = |off, shape: &[usize]| b(Slot::Arena, off, shape, DType::BF16);
-        // a weight [n, k] read transposed: a [k, n] view with strides [1, k]
-        let wt = |i, n: usize, k: usize| Binding {
-            strides: vec![1, k],
-            ..b(Slot::Weight(i), 0, &[k, n], DType::BF16)
-        };
-        let (x, gu, h, out) = (
-            a(0, &[1, 1, 32]),
-            a(4096, &[1, 1, 128]),
-            a(8192, &[1, 1, 64]),
-            a(12288, &[1, 1, 32]),
-        );
-        let half = |from: u64| Binding {
-            shape: vec![1, 1, 64],
-            byte_offset: 4096 + from,
-            ..gu.clone()
-        };
-        let gemm = |residual, norm| Kernel::Gemm {
-            alpha: 1.0,
-            beta: 1.0,
-            act: None,
-            residual,
-            norm,
-        };
-        let silu_mul = crate::expr::Expr {
-            code: vec![
-                crate::expr::Instr::Load(0),
-                crate::expr::Instr::Unary(npu_ir::UnaryOp::Silu),
-                crate::expr::Instr::Load(1),
-                crate::expr::Instr::Binary(npu_ir::BinaryOp::Mul),
-            ],
-        };
-        vec![
-            step(
-                gemm(false, Some(1e-6)),
-                vec![
-                    x.clone(),
-                    wt(0, 128, 32),
-                    b(Slot::Weight(1), 0, &[32], DType::BF16),
-                ],
-                vec![gu.clone()],
-            ),
-            step(
-                Kernel::Elementwise { expr: silu_mul },
-                vec![half(0), half(128)],
-                vec![h.clone()],
-            ),
-            step(gemm(true, None), vec![h, wt(2, 32, 64), x], vec![out]),
-        ]
     }
 
     /// A decoder layer's four steps as the compiler emits them (Qwen2.5 decode, bf16).

@@ -11,7 +11,7 @@ use npu_program::program::Binding;
 /// Blocks per SM that `k_gemv16` is launched with at most (a wide matrix loops over its
 /// column groups): the residency its 64 registers per thread allow at 256 threads (ptxas;
 /// bounding it to 5 or 6 blocks spills).
-pub(super) const GEMV16_BLOCKS_PER_SM: usize = 4;
+const GEMV16_BLOCKS_PER_SM: usize = 4;
 
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]

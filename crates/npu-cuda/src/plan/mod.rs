@@ -11,7 +11,6 @@ mod conv;
 mod conv_cl;
 mod conv_dnn;
 mod epilogue_norm;
-mod gated;
 mod gather;
 mod gemm;
 mod persist;
