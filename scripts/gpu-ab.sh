@@ -5,6 +5,8 @@
 # variants in alternating rounds.
 #   scripts/gpu-ab.sh --variant generic=.device,NPU_CUDA_DTYPE_KERNELS=0 --variant new=.device [--rounds 3] [--long]
 #   scripts/gpu-ab.sh --variant im2col=.device,NPU_CUDA_CUDNN=0 --variant cudnn=.device --vision resnet50:64 --no-qwen
+# --qwen-ir fixtures/qwen2.5-1.5b compiles the repository's Qwen graphs instead of exporting them
+# there (~2.5 minutes of a fresh machine's device time; the 32k graph of --long is still exported).
 # Writes $OUT/gpu-ab.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -79,11 +79,17 @@ def vision_cases(npu: str, work: Path, specs: list[tuple[str, int]], log: Path) 
     return out
 
 
-def cases(npu: str, work: Path, long: bool, log: Path) -> list[Case]:
-    """The Qwen programs (exported IR only, compiled for bf16), as gpu_bench lays them out."""
-    d = g.export("qwen2.5-1.5b", work / "qwen2.5-1.5b-ir", ["--dtype", "bfloat16", "--ir-only"], log)
-    pre = g.compile_program(npu, d / "prefill.ir.json", d / "prefill-bf16.npubin", "bf16", log)
-    dec = g.compile_program(npu, d / "decode.ir.json", d / "decode-bf16.npubin", "bf16", log)
+def cases(npu: str, work: Path, long: bool, log: Path, qwen_ir: Path | None = None) -> list[Case]:
+    """The Qwen programs (exported IR only, compiled for bf16), as gpu_bench lays them out;
+    from ``qwen_ir``'s prefill and decode graphs where given (no export on the machine)."""
+    if qwen_ir is None:
+        d = g.export("qwen2.5-1.5b", work / "qwen2.5-1.5b-ir", ["--dtype", "bfloat16", "--ir-only"], log)
+        src = out = d
+    else:
+        src, out = qwen_ir, work / "qwen2.5-1.5b-given"
+        out.mkdir(parents=True, exist_ok=True)
+    pre = g.compile_program(npu, src / "prefill.ir.json", out / "prefill-bf16.npubin", "bf16", log)
+    dec = g.compile_program(npu, src / "decode.ir.json", out / "decode-bf16.npubin", "bf16", log)
     out = [Case("prefill 128", pre, 0, 50), Case("decode at 1000 of 2048", dec, 1000, 100)]
     if long:
         d32 = g.export_qwen_32k(work, log)
@@ -129,6 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long", action="store_true", help="also decode at 32000 of 32768")
     p.add_argument("--vision", default="", help="vision cases MODEL:BATCH,... (e.g. resnet50:64)")
     p.add_argument("--no-qwen", action="store_true", help="only the --vision cases")
+    p.add_argument(
+        "--qwen-ir",
+        type=Path,
+        help="Qwen2.5-1.5B's 2048-position prefill.ir.json and decode.ir.json from this directory "
+        "(e.g. fixtures/qwen2.5-1.5b, exported with the same arguments by the pinned venv) instead "
+        "of exporting them on the machine (minutes of a fresh machine's time); the machine's own "
+        "export may differ where its transformers does, so compare variants within one call only",
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/npu-gpu"))
     p.add_argument("--json", type=Path, default=Path("/tmp/npu-gpu-out/gpu-ab.json"))
     a = p.parse_args(argv)
@@ -140,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     a.work.mkdir(parents=True, exist_ok=True)
     log = a.work / "gpu_ab.log"
     npu = str(variants[0].bin_dir / "npu")
-    todo = [] if a.no_qwen else cases(npu, a.work, a.long, log)
+    todo = [] if a.no_qwen else cases(npu, a.work, a.long, log, a.qwen_ir)
     todo += vision_cases(npu, a.work, vision, log)
     times: dict[str, dict[str, list[float]]] = {c.name: {v.label: [] for v in variants} for c in todo}
     walls: dict[str, dict[str, list[float]]] = {c.name: {v.label: [] for v in variants} for c in todo}

@@ -1,4 +1,4 @@
-"""The A/B timer's variant syntax (the timing itself needs the GPU machine); run from the repo
+"""The A/B timer's variant syntax and case layout (the timing itself needs the GPU machine); run from the repo
 root: .venv/bin/python -m pytest tools/export/tests/test_gpu_ab.py
 """
 
@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from npu_export import gpu_ab  # noqa: E402
 from npu_export.gpu_ab import Variant, parse_variant, parse_vision  # noqa: E402
 
 
@@ -37,3 +38,24 @@ def test_vision_cases_are_models_and_batches() -> None:
 def test_malformed_vision_cases_say_so(spec: str) -> None:
     with pytest.raises(ValueError, match="vision case"):
         parse_vision(spec)
+
+
+def test_given_qwen_ir_is_compiled_without_an_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[tuple[Path, Path]] = []
+
+    def no_export(*args: object, **kwargs: object) -> Path:
+        raise AssertionError("exported although the IR was given")
+
+    def compile_program(npu: str, ir: Path, out: Path, dtype: str, log: Path | None = None) -> Path:
+        compiled.append((ir, out))
+        return out
+
+    monkeypatch.setattr(gpu_ab.g, "export", no_export)
+    monkeypatch.setattr(gpu_ab.g, "compile_program", compile_program)
+    given = tmp_path / "fixture"
+    todo = gpu_ab.cases("npu", tmp_path / "work", False, tmp_path / "log", given)
+    assert [c.name for c in todo] == ["prefill 128", "decode at 1000 of 2048"]
+    # read from the given directory, compiled into the work directory (never into the tree)
+    assert [ir for ir, _ in compiled] == [given / "prefill.ir.json", given / "decode.ir.json"]
+    assert all(out.parent == tmp_path / "work" / "qwen2.5-1.5b-given" for _, out in compiled)
+    assert [c.program for c in todo] == [out for _, out in compiled]
