@@ -26,8 +26,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 mod device_io;
+mod phases;
 mod staging;
 pub use device_io::DevicePtr;
+pub use phases::{DevicePhases, RunPhases};
+use phases::{Laps, Trace};
 use staging::Pinned;
 
 pub struct CudaExecutable {
@@ -58,6 +61,9 @@ pub struct CudaExecutable {
     step_ms: StepTimes,
     provided: Vec<bool>,
     last_gpu_ms: f32,
+    /// The last host run's phases, and the events that trace its copies when on.
+    last_phases: RunPhases,
+    trace: Option<Trace>,
 }
 
 /// Whether cuBLASLt's candidates are timed with L2 flushed: a replay finds the weights in
@@ -248,12 +254,30 @@ impl CudaExecutable {
             step_ms: StepTimes::default(),
             provided: vec![false; n_in],
             last_gpu_ms: 0.0,
+            last_phases: RunPhases::default(),
+            trace: None,
         })
     }
 
     /// GPU time of the last run's kernels (CUDA events around the launch or replay), ms.
     pub fn last_gpu_ms(&self) -> f32 {
         self.last_gpu_ms
+    }
+
+    /// Where the last host run's wall time went (`run`; `run_device` leaves it).
+    pub fn last_phases(&self) -> RunPhases {
+        self.last_phases
+    }
+
+    /// Brackets later host runs' copies with device events too (each a driver call on the
+    /// run's path, so off unless asked for), filling [`RunPhases::device`].
+    pub fn set_tracing(&mut self, on: bool) -> Result<()> {
+        self.trace = if on {
+            Some(Trace::new(&self.dev)?)
+        } else {
+            None
+        };
+        Ok(())
     }
 
     /// Kernel launches (and cuBLASLt calls) in one run.
@@ -534,13 +558,27 @@ impl CudaExecutable {
     }
 
     /// Enqueues the uploads, the run and the outputs' downloads.
-    fn enqueue_run(&mut self, inputs: &[(&str, &HostTensor)], state: &mut CudaState) -> Result<()> {
+    /// Enqueues the uploads, the run and the outputs' downloads; the uploads' host time goes
+    /// to `last_phases`.
+    fn enqueue_run(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        state: &mut CudaState,
+        laps: &mut Laps,
+    ) -> Result<()> {
+        if let Some(t) = &self.trace {
+            t.mark_upload(&self.dev)?;
+        }
         let ptrs = self.upload_inputs(inputs, state)?;
+        self.last_phases.upload_us = laps.lap();
         self.launch_bound(ptrs)?;
         for (oi, o) in self.program.outputs.iter().enumerate() {
             if let (Some(buf), Some(stage)) = (&self.outputs[oi], &mut self.out_stage[oi]) {
                 stage.download_async(buf.ptr, &o.name)?;
             }
+        }
+        if let Some(t) = &self.trace {
+            t.mark_download(&self.dev)?;
         }
         Ok(())
     }
@@ -571,21 +609,28 @@ impl Executable for CudaExecutable {
         inputs: &[(&str, &HostTensor)],
         state: &mut dyn DeviceState,
     ) -> Result<Vec<(String, HostTensor)>> {
+        let mut laps = Laps::start();
         let state = downcast_state::<CudaState>(state)?;
         self.dev.bind()?;
-        if let Err(e) = self.enqueue_run(inputs, state) {
+        if let Err(e) = self.enqueue_run(inputs, state, &mut laps) {
             // Nothing may still copy from or into the staging buffers when the next run
             // writes them.
             let _ = self.sync();
             return Err(e);
         }
+        let enqueue_us = laps.lap();
         self.finish()?;
+        let wait_us = laps.lap();
         let mut out = Vec::new();
         for (oi, o) in self.program.outputs.iter().enumerate() {
             if let Some(stage) = &self.out_stage[oi] {
                 out.push((o.name.clone(), prepare::output_tensor(o, stage.bytes())?));
             }
         }
+        self.last_phases.enqueue_us = enqueue_us;
+        self.last_phases.wait_us = wait_us;
+        self.last_phases.outputs_us = laps.lap();
+        self.last_phases.device = self.trace.as_ref().map(|t| t.device_phases(&self.marks));
         Ok(out)
     }
 }

@@ -21,7 +21,7 @@ mod plan;
 mod state;
 
 pub use error::CudaError;
-pub use executable::{CudaExecutable, DevicePtr};
+pub use executable::{CudaExecutable, DevicePhases, DevicePtr, RunPhases};
 pub use state::CudaState;
 
 use device::{DevBuf, Device};

@@ -104,6 +104,8 @@ class Timing:
     # a vision case's whole run (upload, graph, download), and its top step groups
     wall_ms: float | None = None
     top: list[Any] = field(default_factory=list)
+    # where the whole run's time went (``npu-cuda-bench time``'s "phases", microseconds)
+    phases: dict[str, dict[str, float]] | None = None
 
 
 def time_case(v: Variant, c: Case, log: Path) -> Timing:
@@ -111,7 +113,8 @@ def time_case(v: Variant, c: Case, log: Path) -> Timing:
     also the whole run's wall ms and the top step groups by GPU time."""
     if c.export_dir is not None:
         t = g.time_program(v.bin_dir, c.program, c.export_dir, c.repeat, log, env=v.env)
-        return Timing(float(t["gpu_ms"]), float(t["wall_ms"]), list(t.get("top_kernels", [])))
+        top = list(t.get("top_kernels", []))
+        return Timing(float(t["gpu_ms"]), float(t["wall_ms"]), top, t.get("phases"))
     cmd = [
         str(v.bin_dir / "npu-cuda-bench"),
         "decode-at",
@@ -167,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 if t.wall_ms is not None:
                     walls[c.name][v.label].append(t.wall_ms)
                 tops[c.name][v.label] = t.top
-                wall = "" if t.wall_ms is None else f" (whole run {t.wall_ms:.4f} ms)"
+                ph = g.phases_text(t.phases)
+                wall = "" if t.wall_ms is None else f" (whole run {t.wall_ms:.4f} ms{ph})"
                 print(f"round {r + 1} {v.label:>16} {c.name:<26} {t.gpu_ms:8.4f} ms{wall}", flush=True)
     base = variants[0].label
     header = "".join(f"{v.label:>18}" for v in variants)

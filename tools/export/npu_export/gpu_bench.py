@@ -192,6 +192,7 @@ def resnet(
         "ours_target": "gpu (channels-last)",
         "ours_npu_target_ms": t_nchw["gpu_ms"],
         "ours_wall_ms": t["wall_ms"],
+        "ours_wall_phases_us": t.get("phases"),
         "wall_bound_ms": wall_bound,
         "wall_bound_doc": "graph + f32 input and output bytes / host-link bandwidth; target wall <= 1.15x",
         "eager_ms": eager,
@@ -404,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             wall, bound = r["ours_wall_ms"], r["wall_bound_ms"]
             print(
                 f"{r['name'][:52]:<52} wall {wall:8.3f}  bound {bound:8.3f}  wall/bound {wall / bound:6.2f}"
+                + g.phases_text(r.get("ours_wall_phases_us"))
             )
     print("\nkernels per run and top kernels by GPU time (one eager run, CUDA events per launch):")
     for r in rows:

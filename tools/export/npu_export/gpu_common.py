@@ -59,6 +59,15 @@ def compile_program(
     return out
 
 
+def phases_text(ph: dict[str, dict[str, float]] | None) -> str:
+    """``; us: host_us upload 12.0 ... | device_us upload ...``: a whole run's phases
+    (``npu-cuda-bench time``'s "phases") for a line of a table; empty without them."""
+    if not ph:
+        return ""
+    parts = [f"{side} " + " ".join(f"{k} {v:.1f}" for k, v in ph[side].items()) for side in ph]
+    return "; us: " + " | ".join(parts)
+
+
 def time_program(
     bin_dir: Path,
     prog: Path,

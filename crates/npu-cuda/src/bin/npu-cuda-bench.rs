@@ -13,7 +13,7 @@
 //! position (mask admitting slots 0..=p).
 
 use npu_conformance::bench::{self, arg, median};
-use npu_cuda::{CudaBackend, CudaExecutable};
+use npu_cuda::{CudaBackend, CudaExecutable, DevicePhases, RunPhases};
 use npu_ir::DType;
 use npu_program::npubin;
 use npu_program::Program;
@@ -116,23 +116,59 @@ fn cmd_time(a: &bench::Args) -> Res<String> {
     for _ in 0..3 {
         run(&mut x, &ins, st.as_mut())?;
     }
-    let (mut gpu, mut wall) = (Vec::new(), Vec::new());
+    let (mut gpu, mut wall, mut host) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeat {
         let (_, w_ms, g_ms) = run(&mut x, &ins, st.as_mut())?;
         gpu.push(g_ms);
         wall.push(w_ms);
+        host.push(x.last_phases());
     }
     if let Some(o) = a.get("out") {
         write_safetensors(&PathBuf::from(o), &out).map_err(|e| npu_ir::error_chain(&e))?;
     }
     let graph = x.graph_ready();
+    let phases = phases_json(&mut x, &ins, st.as_mut(), &host, repeat)?;
     let prof = profile_json(&mut x, &ins, st.as_mut(), 5)?;
     Ok(format!(
-        "{{\"device\":{:?},\"prepare_ms\":{prepare_ms:.1},\"gpu_ms\":{:.4},\"wall_ms\":{:.4},\"graph\":{graph},\"steps\":{},{prof}}}",
+        "{{\"device\":{:?},\"prepare_ms\":{prepare_ms:.1},\"gpu_ms\":{:.4},\"wall_ms\":{:.4},\"graph\":{graph},\"steps\":{},{phases},{prof}}}",
         b.describe(),
         median(&mut gpu),
         median(&mut wall),
         p.steps.len()
+    ))
+}
+
+/// `"phases":{..}`: where a whole run's wall time goes, as medians in microseconds: the host
+/// phases of the timed runs (`host`), and the device's (copies and kernels, between events)
+/// over `runs` further runs with tracing on, whose event records would have lengthened the
+/// timed runs.
+fn phases_json(
+    x: &mut CudaExecutable,
+    ins: &[(&str, &HostTensor)],
+    st: &mut dyn npu_runtime::DeviceState,
+    host: &[RunPhases],
+    runs: usize,
+) -> Res<String> {
+    let err = |e: npu_runtime::RuntimeError| npu_ir::error_chain(&e);
+    x.set_tracing(true).map_err(err)?;
+    let mut device = Vec::new();
+    for _ in 0..runs {
+        run(x, ins, st)?;
+        device.extend(x.last_phases().device);
+    }
+    x.set_tracing(false).map_err(err)?;
+    let med = |f: &dyn Fn(&RunPhases) -> f64| median(&mut host.iter().map(f).collect::<Vec<_>>());
+    let dmed =
+        |f: &dyn Fn(&DevicePhases) -> f64| median(&mut device.iter().map(f).collect::<Vec<_>>());
+    Ok(format!(
+        "\"phases\":{{\"host_us\":{{\"upload\":{:.1},\"enqueue\":{:.1},\"wait\":{:.1},\"outputs\":{:.1}}},\"device_us\":{{\"upload\":{:.1},\"kernels\":{:.1},\"download\":{:.1}}}}}",
+        med(&|p| p.upload_us),
+        med(&|p| p.enqueue_us),
+        med(&|p| p.wait_us),
+        med(&|p| p.outputs_us),
+        dmed(&|d| d.upload_us),
+        dmed(&|d| d.kernels_us),
+        dmed(&|d| d.download_us),
     ))
 }
 
