@@ -26,9 +26,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 mod device_io;
+mod host_io;
 mod phases;
 mod staging;
 pub use device_io::DevicePtr;
+use host_io::HostIo;
 pub use phases::{DevicePhases, RunPhases};
 use phases::{Laps, Trace};
 use staging::Pinned;
@@ -55,7 +57,10 @@ pub struct CudaExecutable {
     steps: Vec<Vec<Launch>>,
     clear: KernelLaunch,
     bound: Option<Vec<u64>>,
-    graph: Option<Graph>,
+    /// The captured run: `[0]` without the copies of `host_io` (runs on caller-owned device
+    /// memory), `[1]` with them (host runs).
+    graphs: [Option<Graph>; 2],
+    host_io: HostIo,
     warm: bool,
     use_graph: bool,
     step_ms: StepTimes,
@@ -221,6 +226,12 @@ impl CudaExecutable {
             outputs.iter().map(Option::is_some).collect(),
         )?;
         let err_stage = Pinned::new(&dev, 4, "the error word")?;
+        let host_io = HostIo::new(
+            &dev,
+            (&inputs, &in_stage),
+            (&outputs, &out_stage),
+            (&err, &err_stage),
+        )?;
         let event = || {
             dev.ctx
                 .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -248,7 +259,8 @@ impl CudaExecutable {
             steps,
             clear,
             bound: None,
-            graph: None,
+            graphs: [None, None],
+            host_io,
             warm: false,
             use_graph,
             step_ms: StepTimes::default(),
@@ -287,26 +299,32 @@ impl CudaExecutable {
 
     /// Whether the last run replayed a captured graph.
     pub fn graph_ready(&self) -> bool {
-        self.graph.is_some()
+        self.graphs.iter().any(Option::is_some)
     }
 
-    /// Enqueues every given input's upload (plain inputs through their staging buffers,
-    /// state inputs synchronously into the state) and returns the input addresses.
-    fn upload_inputs(
+    /// Binds every given input and returns the input addresses and the inputs whose copies
+    /// wait on gates (checked here, converted by `convert_gated`); the other plain inputs are
+    /// converted and their copies enqueued now, state inputs uploaded synchronously.
+    #[allow(clippy::type_complexity)] // addresses and (input index, tensor) pairs
+    fn upload_inputs<'t>(
         &mut self,
-        inputs: &[(&str, &HostTensor)],
+        inputs: &[(&str, &'t HostTensor)],
         state: &mut CudaState,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<(Vec<u64>, Vec<(usize, &'t HostTensor)>)> {
         self.provided.iter_mut().for_each(|p| *p = false);
-        for (name, t) in inputs {
+        let mut gated = Vec::new();
+        for &(name, t) in inputs {
             let (i, io) = match_input(&self.program, name, t)?;
             match (&self.inputs[i], &mut self.in_stage[i]) {
+                (Some(_), Some(stage)) if self.host_io.ins[i].is_some() => {
+                    staging::check_len(stage, t.bytes(), t.dtype(), io.storage, &io.name)?;
+                    gated.push((i, t));
+                }
                 (Some(buf), Some(stage)) => staging::upload_async(
                     &self.dev,
                     stage,
                     t.bytes(),
-                    t.dtype(),
-                    io.storage,
+                    (t.dtype(), io.storage),
                     buf.ptr,
                     &io.name,
                 )?,
@@ -341,7 +359,31 @@ impl CudaExecutable {
                 Some(b) => ptrs.push(b.ptr),
             }
         }
-        Ok(ptrs)
+        Ok((ptrs, gated))
+    }
+
+    /// Converts the gated inputs into their staging, opening each chunk's gate as it is done.
+    fn convert_gated(&mut self, gated: &[(usize, &HostTensor)]) -> Result<()> {
+        let gates = &self.host_io.gates;
+        for &(i, t) in gated {
+            let (Some(g), Some(stage)) = (self.host_io.ins[i], self.in_stage[i].as_mut()) else {
+                continue;
+            };
+            let io = &self.program.inputs[i];
+            let open = |k: usize, _: usize, _: &[u8]| -> Result<()> {
+                gates.open(g.first_gate + k);
+                Ok(())
+            };
+            staging::convert_chunks(
+                stage,
+                t.bytes(),
+                (t.dtype(), io.storage),
+                g.plan,
+                &io.name,
+                &open,
+            )?;
+        }
+        Ok(())
     }
 
     fn relocate(&mut self, input_ptrs: &[u64]) {
@@ -453,10 +495,36 @@ impl CudaExecutable {
         }
     }
 
-    fn launch_all(&mut self) -> Result<()> {
+    /// Records `e` on the stream; while `capturing`, as an event record node, so a replayed
+    /// graph times its own kernels (`CU_EVENT_RECORD_EXTERNAL`, which the driver refuses
+    /// outside a capture).
+    fn mark(dev: &Device, e: &CudaEvent, capturing: bool) -> CudaResult<()> {
+        use cudarc::driver::sys;
+        let flags = if capturing {
+            sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32
+        } else {
+            0
+        };
+        // SAFETY: a live event and stream of the bound context.
+        unsafe { sys::cuEventRecordWithFlags(e.cu_event(), dev.cu_stream(), flags) }
+            .result()
+            .map_err(|e| CudaError::driver("recording an event", e))
+    }
+
+    /// The run: the copies inside the graph for a host run (`io`), the marks around the
+    /// kernels, and the kernels; `capturing` into a graph or not.
+    fn launch_all(&mut self, io: bool, capturing: bool) -> Result<()> {
+        if io {
+            self.host_io.enqueue_inputs(&self.dev)?;
+        }
+        Self::mark(&self.dev, &self.marks.0, capturing)?;
         Self::launch_kernel(&self.dev, &mut self.clear)?;
         for si in 0..self.steps.len() {
             self.launch_step(si).map_err(|e| self.step_err(si, e))?;
+        }
+        Self::mark(&self.dev, &self.marks.1, capturing)?;
+        if io {
+            self.host_io.enqueue_outputs(&self.dev)?;
         }
         Ok(())
     }
@@ -468,9 +536,9 @@ impl CudaExecutable {
             .map_err(|e| CudaError::driver("synchronizing", e))
     }
 
-    /// Enqueues the run's kernels (the captured graph once warm) between the two marks;
+    /// Enqueues the run (the captured graph once warm; `io`: with the copies of `host_io`);
     /// with profiling on, runs eagerly with a device event between steps and waits for them.
-    fn execute(&mut self) -> Result<()> {
+    fn execute(&mut self, io: bool) -> Result<()> {
         let stream = self.dev.cu_stream();
         let dev = self.dev.clone();
         let record = |e: &CudaEvent| {
@@ -480,6 +548,9 @@ impl CudaExecutable {
         if self.step_ms.is_on() {
             // Eager, with a device event between steps: each step's GPU time without host
             // synchronization in between (the events add well under a microsecond each).
+            if io {
+                self.host_io.enqueue_inputs(&self.dev)?;
+            }
             Self::launch_kernel(&self.dev, &mut self.clear)?;
             let marks = (0..=self.steps.len())
                 .map(|_| {
@@ -494,6 +565,9 @@ impl CudaExecutable {
                 self.launch_step(si).map_err(|e| self.step_err(si, e))?;
             }
             record(&marks[self.steps.len()])?;
+            if io {
+                self.host_io.enqueue_outputs(&self.dev)?;
+            }
             self.sync()?;
             for (si, pair) in marks.windows(2).enumerate() {
                 let ms = pair[0].elapsed_ms(&pair[1]).unwrap_or(0.0);
@@ -501,37 +575,42 @@ impl CudaExecutable {
             }
             return Ok(());
         }
-        record(&self.marks.0)?;
-        if self.graph.is_none() && self.warm && self.use_graph {
+        let slot = usize::from(io);
+        if self.graphs[slot].is_none() && self.warm && self.use_graph {
             Graph::begin(stream)?;
-            let launched = self.launch_all();
+            let launched = self.launch_all(io, true);
             let captured = Graph::end(stream);
             launched?;
-            self.graph = Some(captured?);
+            self.graphs[slot] = Some(captured?);
         }
-        match &self.graph {
+        match &self.graphs[slot] {
             Some(g) => g.launch(stream)?,
             None => {
-                self.launch_all()?;
+                self.launch_all(io, false)?;
                 self.warm = true;
             }
         }
-        record(&self.marks.1)?;
         Ok(())
     }
 
-    /// Binds the input buffers at `ptrs` (relocating the launches and dropping the captured
-    /// graph when they moved), then enqueues the run and the error word's download.
-    fn launch_bound(&mut self, ptrs: Vec<u64>) -> Result<()> {
+    /// Binds the input buffers at `ptrs`, relocating the launches and dropping the captured
+    /// graphs when they moved.
+    fn bind(&mut self, ptrs: Vec<u64>) {
         if self.bound.as_ref() != Some(&ptrs) {
             self.relocate(&ptrs);
             self.bound = Some(ptrs);
-            self.graph = None;
+            self.graphs = [None, None];
             self.warm = false;
         }
-        self.execute()?;
-        self.err_stage
-            .download_async(self.err.ptr, "the error word")?;
+    }
+
+    /// Enqueues the run and, unless the run copies it inside (`io`), the error word's download.
+    fn launch(&mut self, io: bool) -> Result<()> {
+        self.execute(io)?;
+        if !io {
+            self.err_stage
+                .download_async(self.err.ptr, "the error word")?;
+        }
         Ok(())
     }
 
@@ -558,8 +637,10 @@ impl CudaExecutable {
     }
 
     /// Enqueues the uploads, the run and the outputs' downloads.
-    /// Enqueues the uploads, the run and the outputs' downloads; the uploads' host time goes
-    /// to `last_phases`.
+    /// Enqueues the uploads, the run and the outputs' downloads, and takes the host phases
+    /// of the uploads and the enqueuing. A replay with the copies inside is launched before
+    /// the inputs convert (its first kernels wait on the gates); other runs (eager, capturing,
+    /// profiling: they may wait for the device before returning) start after.
     fn enqueue_run(
         &mut self,
         inputs: &[(&str, &HostTensor)],
@@ -569,10 +650,32 @@ impl CudaExecutable {
         if let Some(t) = &self.trace {
             t.mark_upload(&self.dev)?;
         }
-        let ptrs = self.upload_inputs(inputs, state)?;
-        self.last_phases.upload_us = laps.lap();
-        self.launch_bound(ptrs)?;
+        let (ptrs, gated) = self.upload_inputs(inputs, state)?;
+        let mut upload_us = laps.lap();
+        let io = self.host_io.on();
+        self.bind(ptrs);
+        if io {
+            self.host_io.gates.close_all();
+        }
+        let enqueue_us;
+        if io && self.graphs[1].is_some() && !self.step_ms.is_on() {
+            self.launch(io)?;
+            enqueue_us = laps.lap();
+            if let Err(e) = self.convert_gated(&gated) {
+                self.host_io.gates.open_all();
+                return Err(e);
+            }
+            upload_us += laps.lap();
+        } else {
+            self.convert_gated(&gated)?;
+            upload_us += laps.lap();
+            self.launch(io)?;
+            enqueue_us = laps.lap();
+        }
         for (oi, o) in self.program.outputs.iter().enumerate() {
+            if self.host_io.outs[oi] {
+                continue;
+            }
             if let (Some(buf), Some(stage)) = (&self.outputs[oi], &mut self.out_stage[oi]) {
                 stage.download_async(buf.ptr, &o.name)?;
             }
@@ -580,6 +683,8 @@ impl CudaExecutable {
         if let Some(t) = &self.trace {
             t.mark_download(&self.dev)?;
         }
+        self.last_phases.upload_us = upload_us;
+        self.last_phases.enqueue_us = enqueue_us + laps.lap();
         Ok(())
     }
 }
@@ -614,11 +719,11 @@ impl Executable for CudaExecutable {
         self.dev.bind()?;
         if let Err(e) = self.enqueue_run(inputs, state, &mut laps) {
             // Nothing may still copy from or into the staging buffers when the next run
-            // writes them.
+            // writes them, and nothing launched may wait on a gate.
+            self.host_io.gates.open_all();
             let _ = self.sync();
             return Err(e);
         }
-        let enqueue_us = laps.lap();
         self.finish()?;
         let wait_us = laps.lap();
         let mut out = Vec::new();
@@ -627,7 +732,6 @@ impl Executable for CudaExecutable {
                 out.push((o.name.clone(), prepare::output_tensor(o, stage.bytes())?));
             }
         }
-        self.last_phases.enqueue_us = enqueue_us;
         self.last_phases.wait_us = wait_us;
         self.last_phases.outputs_us = laps.lap();
         self.last_phases.device = self.trace.as_ref().map(|t| t.device_phases(&self.marks));

@@ -81,7 +81,8 @@ impl CudaExecutable {
             }
             ptrs.push(dst);
         }
-        if let Err(e) = self.launch_bound(ptrs) {
+        self.bind(ptrs);
+        if let Err(e) = self.launch(false) {
             let _ = self.sync();
             return Err(e);
         }
