@@ -32,7 +32,6 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_adaptive_avg_pool2d_warp",
     "k_clear_err",
     "k_copy_bytes",
-    "k_copy_gated",
     "k_gemm",
     "k_epilogue",
     "k_epilogue_rms",

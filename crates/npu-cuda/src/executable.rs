@@ -302,32 +302,25 @@ impl CudaExecutable {
         self.graphs.iter().any(Option::is_some)
     }
 
-    /// Binds every given input and returns the input addresses and the inputs whose copies
-    /// wait on gates (checked here, converted by `convert_gated`); the other plain inputs are
-    /// converted and their copies enqueued now, state inputs uploaded synchronously.
-    #[allow(clippy::type_complexity)] // addresses and (input index, tensor) pairs
-    fn upload_inputs<'t>(
+    /// Converts every given input into its staging, enqueuing its copy unless the run copies
+    /// it inside (`host_io`), uploads state inputs synchronously into the state, and returns
+    /// the input addresses.
+    fn upload_inputs(
         &mut self,
-        inputs: &[(&str, &'t HostTensor)],
+        inputs: &[(&str, &HostTensor)],
         state: &mut CudaState,
-    ) -> Result<(Vec<u64>, Vec<(usize, &'t HostTensor)>)> {
+    ) -> Result<Vec<u64>> {
         self.provided.iter_mut().for_each(|p| *p = false);
-        let mut gated = Vec::new();
-        for &(name, t) in inputs {
+        for (name, t) in inputs {
             let (i, io) = match_input(&self.program, name, t)?;
+            let dtypes = (t.dtype(), io.storage);
             match (&self.inputs[i], &mut self.in_stage[i]) {
-                (Some(_), Some(stage)) if self.host_io.ins[i].is_some() => {
-                    staging::check_len(stage, t.bytes(), t.dtype(), io.storage, &io.name)?;
-                    gated.push((i, t));
+                (Some(_), Some(stage)) if self.host_io.ins[i] => {
+                    staging::convert(stage, t.bytes(), dtypes, &io.name)?
                 }
-                (Some(buf), Some(stage)) => staging::upload_async(
-                    &self.dev,
-                    stage,
-                    t.bytes(),
-                    (t.dtype(), io.storage),
-                    buf.ptr,
-                    &io.name,
-                )?,
+                (Some(buf), Some(stage)) => {
+                    staging::upload_async(&self.dev, stage, t.bytes(), dtypes, buf.ptr, &io.name)?
+                }
                 (buf, _) => {
                     let mut host = vec![0u8; io_bytes(io)];
                     cast_bytes(t.bytes(), t.dtype(), &mut host, io.storage).map_err(|e| {
@@ -359,31 +352,7 @@ impl CudaExecutable {
                 Some(b) => ptrs.push(b.ptr),
             }
         }
-        Ok((ptrs, gated))
-    }
-
-    /// Converts the gated inputs into their staging, opening each chunk's gate as it is done.
-    fn convert_gated(&mut self, gated: &[(usize, &HostTensor)]) -> Result<()> {
-        let gates = &self.host_io.gates;
-        for &(i, t) in gated {
-            let (Some(g), Some(stage)) = (self.host_io.ins[i], self.in_stage[i].as_mut()) else {
-                continue;
-            };
-            let io = &self.program.inputs[i];
-            let open = |k: usize, _: usize, _: &[u8]| -> Result<()> {
-                gates.open(g.first_gate + k);
-                Ok(())
-            };
-            staging::convert_chunks(
-                stage,
-                t.bytes(),
-                (t.dtype(), io.storage),
-                g.plan,
-                &io.name,
-                &open,
-            )?;
-        }
-        Ok(())
+        Ok(ptrs)
     }
 
     fn relocate(&mut self, input_ptrs: &[u64]) {
@@ -638,9 +607,7 @@ impl CudaExecutable {
 
     /// Enqueues the uploads, the run and the outputs' downloads.
     /// Enqueues the uploads, the run and the outputs' downloads, and takes the host phases
-    /// of the uploads and the enqueuing. A replay with the copies inside is launched before
-    /// the inputs convert (its first kernels wait on the gates); other runs (eager, capturing,
-    /// profiling: they may wait for the device before returning) start after.
+    /// of the uploads and the enqueuing.
     fn enqueue_run(
         &mut self,
         inputs: &[(&str, &HostTensor)],
@@ -650,28 +617,10 @@ impl CudaExecutable {
         if let Some(t) = &self.trace {
             t.mark_upload(&self.dev)?;
         }
-        let (ptrs, gated) = self.upload_inputs(inputs, state)?;
-        let mut upload_us = laps.lap();
-        let io = self.host_io.on();
+        let ptrs = self.upload_inputs(inputs, state)?;
+        self.last_phases.upload_us = laps.lap();
         self.bind(ptrs);
-        if io {
-            self.host_io.gates.close_all();
-        }
-        let enqueue_us;
-        if io && self.graphs[1].is_some() && !self.step_ms.is_on() {
-            self.launch(io)?;
-            enqueue_us = laps.lap();
-            if let Err(e) = self.convert_gated(&gated) {
-                self.host_io.gates.open_all();
-                return Err(e);
-            }
-            upload_us += laps.lap();
-        } else {
-            self.convert_gated(&gated)?;
-            upload_us += laps.lap();
-            self.launch(io)?;
-            enqueue_us = laps.lap();
-        }
+        self.launch(self.host_io.on())?;
         for (oi, o) in self.program.outputs.iter().enumerate() {
             if self.host_io.outs[oi] {
                 continue;
@@ -683,8 +632,7 @@ impl CudaExecutable {
         if let Some(t) = &self.trace {
             t.mark_download(&self.dev)?;
         }
-        self.last_phases.upload_us = upload_us;
-        self.last_phases.enqueue_us = enqueue_us + laps.lap();
+        self.last_phases.enqueue_us = laps.lap();
         Ok(())
     }
 }
@@ -719,8 +667,7 @@ impl Executable for CudaExecutable {
         self.dev.bind()?;
         if let Err(e) = self.enqueue_run(inputs, state, &mut laps) {
             // Nothing may still copy from or into the staging buffers when the next run
-            // writes them, and nothing launched may wait on a gate.
-            self.host_io.gates.open_all();
+            // writes them.
             let _ = self.sync();
             return Err(e);
         }

@@ -1,8 +1,10 @@
 //! Page-locked host buffers between the caller's tensors and the device: an input is
-//! converted to its storage dtype straight into its staging buffer and copied to the device
-//! asynchronously, chunk by chunk (the copy of one chunk overlaps the conversion of the
-//! next, and large inputs convert on several threads); outputs and the error word come back
-//! the same way, so a run synchronizes with the device once.
+//! converted to its storage dtype straight into its staging buffer. A small one is then
+//! copied inside the run (`host_io`); a large one is copied asynchronously chunk by chunk as
+//! it converts (the copy of one chunk overlaps the conversion of the next; from
+//! [`PARALLEL_FROM`] bytes several threads convert and this thread alone enqueues the copies,
+//! in the order chunks finish). Outputs come back the same two ways, so a run synchronizes
+//! with the device once.
 
 use crate::device::Device;
 use crate::error::{CudaError, CudaResult};
@@ -103,49 +105,8 @@ impl Drop for Pinned {
     }
 }
 
-/// How a staging buffer of `len` bytes is converted: in chunks of `bytes` (the last may be
-/// shorter), on up to `threads` threads. Fixed per buffer at prepare, so the copies inside a
-/// captured graph can wait for each chunk by index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ChunkPlan {
-    pub bytes: usize,
-    pub threads: usize,
-}
-
-impl ChunkPlan {
-    /// Small buffers in chunks of `small` bytes on this thread (each chunk's copy overlaps
-    /// the next one's conversion); from [`PARALLEL_FROM`], about four chunks a thread.
-    pub fn for_len(len: usize, small: usize) -> ChunkPlan {
-        let threads = if len >= PARALLEL_FROM {
-            std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, MAX_THREADS))
-        } else {
-            1
-        };
-        let bytes = if threads > 1 {
-            len.div_ceil(threads * 4).clamp(MIN_PARALLEL_CHUNK, CHUNK)
-        } else {
-            small
-        };
-        // Whole 16-byte units, so a chunk's copy never shares a unit with the next.
-        ChunkPlan {
-            bytes: bytes.next_multiple_of(16).max(16),
-            threads,
-        }
-    }
-
-    pub fn count(&self, len: usize) -> usize {
-        len.div_ceil(self.bytes).max(1)
-    }
-}
-
 /// Whether `src` holds the elements `stage` is sized for.
-pub(crate) fn check_len(
-    stage: &Pinned,
-    src: &[u8],
-    from: DType,
-    to: DType,
-    what: &str,
-) -> Result<()> {
+fn check_len(stage: &Pinned, src: &[u8], (from, to): (DType, DType), what: &str) -> Result<()> {
     let (fs, ts) = (from.size_bytes().max(1), to.size_bytes().max(1));
     let elems = stage.len / ts;
     if src.len() < elems * fs {
@@ -157,67 +118,26 @@ pub(crate) fn check_len(
     Ok(())
 }
 
-/// Called after a chunk is converted: its index, its byte offset, its staging bytes.
-pub(crate) type ChunkDone<'a> = dyn Fn(usize, usize, &[u8]) -> Result<()> + Sync + 'a;
-
-/// Converts `src` (of dtype `from`) into `stage` (of dtype `to`, its whole length) chunk by
-/// chunk as `plan` says, calling `done(k, offset, bytes)` after chunk `k` (on the thread that
-/// converted it, chunks of one thread in order).
-pub(crate) fn convert_chunks(
-    stage: &mut Pinned,
-    src: &[u8],
-    (from, to): (DType, DType),
-    plan: ChunkPlan,
-    what: &str,
-    done: &ChunkDone<'_>,
-) -> Result<()> {
-    check_len(stage, src, from, to, what)?;
-    let (fs, ts) = (from.size_bytes().max(1), to.size_bytes().max(1));
-    // Chunks hold whole elements: a plan's chunk is a multiple of 16 bytes, and so of `ts`.
-    let per_chunk = (plan.bytes / ts).max(1);
-    let chunks: Vec<Chunk> = stage
-        .bytes_mut()
-        .chunks_mut(per_chunk * ts)
-        .zip(src.chunks(per_chunk * fs))
-        .enumerate()
-        .map(|(k, (d, s))| (k * per_chunk * ts, d, s))
-        .collect();
-    let one = |k: usize, (off, d, s): Chunk| -> Result<()> {
-        cast_bytes(s, from, d, to).map_err(|e| RuntimeError::Tensor {
-            name: what.into(),
-            message: e.to_string(),
-        })?;
-        done(k, off, d)
-    };
-    let threads = plan.threads.min(chunks.len());
-    if threads <= 1 {
-        return chunks
-            .into_iter()
-            .enumerate()
-            .try_for_each(|(k, c)| one(k, c));
-    }
-    let mut lanes: Vec<Vec<(usize, Chunk)>> = (0..threads).map(|_| Vec::new()).collect();
-    for (k, c) in chunks.into_iter().enumerate() {
-        lanes[k % threads].push((k, c));
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = lanes
-            .into_iter()
-            .map(|lane| scope.spawn(move || lane.into_iter().try_for_each(|(k, c)| one(k, c))))
-            .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join().unwrap_or_else(|_| {
-                Err(RuntimeError::Tensor {
-                    name: what.into(),
-                    message: "a staging thread panicked".into(),
-                })
-            })
-        })
+fn cast(src: &[u8], dst: &mut [u8], (from, to): (DType, DType), what: &str) -> Result<()> {
+    cast_bytes(src, from, dst, to).map_err(|e| RuntimeError::Tensor {
+        name: what.into(),
+        message: e.to_string(),
     })
 }
 
+/// Converts `src` (dtypes `(from, to)`) into `stage` (its whole length) on this thread.
+pub(crate) fn convert(
+    stage: &mut Pinned,
+    src: &[u8],
+    dtypes: (DType, DType),
+    what: &str,
+) -> Result<()> {
+    check_len(stage, src, dtypes, what)?;
+    cast(src, stage.bytes_mut(), dtypes, what)
+}
+
 /// Converts `src` into `stage` and enqueues the copy of each chunk to device address `dst`
-/// as it is converted (a run without the copies inside the graph).
+/// as it is converted.
 pub(crate) fn upload_async(
     dev: &Device,
     stage: &mut Pinned,
@@ -226,14 +146,81 @@ pub(crate) fn upload_async(
     dst: u64,
     what: &str,
 ) -> Result<()> {
-    let plan = ChunkPlan::for_len(stage.len, CHUNK);
-    let copy = |_: usize, off: usize, d: &[u8]| -> Result<()> {
-        // The driver's calls need the context current on the converting thread.
-        dev.bind()?;
-        // SAFETY: `dst + off` lies inside the destination (same size as `stage`); the
-        // staging buffer outlives the copy (the run synchronizes before returning).
-        unsafe { result::memcpy_htod_async(dst + off as u64, d, dev.cu_stream()) }
+    check_len(stage, src, dtypes, what)?;
+    let (fs, ts) = (dtypes.0.size_bytes().max(1), dtypes.1.size_bytes().max(1));
+    let total = stage.len;
+    let threads = if total >= PARALLEL_FROM {
+        std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, MAX_THREADS))
+    } else {
+        1
+    };
+    // About four chunks a thread, so a thread's last copy overlaps little conversion.
+    let chunk = if threads > 1 {
+        total.div_ceil(threads * 4).clamp(MIN_PARALLEL_CHUNK, CHUNK)
+    } else {
+        CHUNK
+    };
+    let per_chunk = (chunk / ts).max(1);
+    let base = stage.ptr as usize;
+    let copy = |off: usize, len: usize| -> Result<()> {
+        // SAFETY: `off..off + len` lies inside the staging buffer, whose converting thread has
+        // finished with it; `dst + off` inside the destination (same size). The buffer
+        // outlives the copy (the run synchronizes before returning).
+        let bytes = unsafe { std::slice::from_raw_parts((base + off) as *const u8, len) };
+        unsafe { result::memcpy_htod_async(dst + off as u64, bytes, dev.cu_stream()) }
             .map_err(|e| CudaError::driver(format!("uploading {what}"), e).into())
     };
-    convert_chunks(stage, src, dtypes, plan, what, &copy)
+    let chunks: Vec<Chunk> = stage
+        .bytes_mut()
+        .chunks_mut(per_chunk * ts)
+        .zip(src.chunks(per_chunk * fs))
+        .enumerate()
+        .map(|(k, (d, s))| (k * per_chunk * ts, d, s))
+        .collect();
+    let threads = threads.min(chunks.len());
+    if threads <= 1 {
+        return chunks.into_iter().try_for_each(|(off, d, s)| {
+            cast(s, d, dtypes, what)?;
+            copy(off, d.len())
+        });
+    }
+    // Converting threads make no driver call (several threads' calls on one stream contend):
+    // each sends its finished chunks here, and this thread enqueues their copies.
+    let mut lanes: Vec<Vec<Chunk>> = (0..threads).map(|_| Vec::new()).collect();
+    for (k, c) in chunks.into_iter().enumerate() {
+        lanes[k % threads].push(c);
+    }
+    std::thread::scope(|scope| {
+        let (done, finished) = std::sync::mpsc::channel::<(usize, usize)>();
+        let handles: Vec<_> = lanes
+            .into_iter()
+            .map(|lane| {
+                let done = done.clone();
+                scope.spawn(move || {
+                    lane.into_iter().try_for_each(|(off, d, s)| {
+                        cast(s, d, dtypes, what)?;
+                        // The receiver lives until every sender is gone.
+                        let _ = done.send((off, d.len()));
+                        Ok(())
+                    })
+                })
+            })
+            .collect();
+        drop(done);
+        let mut copied = Ok(());
+        for (off, len) in finished {
+            if copied.is_ok() {
+                copied = copy(off, len);
+            }
+        }
+        handles.into_iter().try_for_each(|h| {
+            h.join().unwrap_or_else(|_| {
+                Err(RuntimeError::Tensor {
+                    name: what.into(),
+                    message: "a staging thread panicked".into(),
+                })
+            })
+        })?;
+        copied
+    })
 }

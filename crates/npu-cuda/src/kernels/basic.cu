@@ -580,31 +580,5 @@ extern "C" __global__ void k_copy_bytes(const unsigned char* src, unsigned char*
   for (i64 i = n16 * 16 + t; i < n; i += stride) dst[i] = src[i];
 }
 
-// A host run's input, copied from its page-locked staging (mapped address) chunk by chunk as
-// the host publishes each: block b copies part b % per_chunk of chunk b / per_chunk once
-// gates[chunk] is nonzero (the host zeroes the gates before the run, converts each chunk into
-// staging and then sets its gate with a release store), so the graph is launched before the
-// host converts and each chunk's copy overlaps the next one's conversion. chunk is a multiple
-// of 16 bytes, and both buffers are 16-byte aligned.
-extern "C" __global__ void k_copy_gated(const unsigned char* src, unsigned char* dst, i64 n, i64 chunk,
-                                        int per_chunk, const unsigned* gates) {
-  pdl_enter();
-  i64 c = blockIdx.x / per_chunk;
-  int part = blockIdx.x % per_chunk;
-  if (threadIdx.x == 0) {
-    unsigned v;
-    for (;;) {
-      asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(gates + c) : "memory");
-      if (v) break;
-      __nanosleep(256);
-    }
-  }
-  __syncthreads();
-  i64 lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-  i64 step = (i64)per_chunk * blockDim.x, first = part * (i64)blockDim.x + threadIdx.x;
-  for (i64 u = lo / 16 + first; u < hi / 16; u += step) ((uint4*)dst)[u] = ((const uint4*)src)[u];
-  for (i64 i = hi / 16 * 16 + first; i < hi; i += step) dst[i] = src[i];
-}
-
 // Zeroes the error word (first launch of every run).
 extern "C" __global__ void k_clear_err(int* err) { pdl_enter(); *err = 0; }
