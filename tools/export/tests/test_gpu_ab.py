@@ -59,3 +59,11 @@ def test_given_qwen_ir_is_compiled_without_an_export(tmp_path: Path, monkeypatch
     assert [ir for ir, _ in compiled] == [given / "prefill.ir.json", given / "decode.ir.json"]
     assert all(out.parent == tmp_path / "work" / "qwen2.5-1.5b-given" for _, out in compiled)
     assert [c.program for c in todo] == [out for _, out in compiled]
+
+
+def test_a_whole_runs_phases_read_as_one_line_part() -> None:
+    from npu_export import gpu_common
+
+    assert gpu_common.phases_text(None) == ""
+    ph = {"host_us": {"upload": 16.2, "wait": 212.0}, "device_us": {"kernels": 188.7}}
+    assert gpu_common.phases_text(ph) == "; us: host_us upload 16.2 wait 212.0 | device_us kernels 188.7"
