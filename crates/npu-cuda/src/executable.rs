@@ -1,7 +1,8 @@
 //! The prepared program on the GPU: every buffer allocated and every weight uploaded at
-//! prepare; a run uploads the inputs into fixed device buffers (through page-locked
-//! staging, asynchronously), replays the captured CUDA graph (after one eager warm-up run),
-//! downloads the error word and the outputs, and synchronizes once.
+//! prepare; a host run converts the inputs into page-locked staging and replays the captured
+//! CUDA graph (after one eager warm-up run), which copies small inputs in and small outputs
+//! and the error word out itself (`host_io`; larger ones are copied around it), then
+//! synchronizes once.
 
 use crate::device::{DevBuf, Device};
 use crate::error::{CudaError, CudaResult};
