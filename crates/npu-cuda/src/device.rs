@@ -351,6 +351,13 @@ impl Device {
             .clone()
     }
 
+    /// An event with timing on (for elapsed times between two of them).
+    pub(crate) fn timing_event(&self) -> CudaResult<cudarc::driver::CudaEvent> {
+        self.ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| CudaError::driver("creating an event", e))
+    }
+
     pub(crate) fn bind(&self) -> CudaResult<()> {
         self.ctx
             .bind_to_thread()

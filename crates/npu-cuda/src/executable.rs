@@ -233,12 +233,7 @@ impl CudaExecutable {
             (&outputs, &out_stage),
             (&err, &err_stage),
         )?;
-        let event = || {
-            dev.ctx
-                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| CudaError::driver("creating an event", e))
-        };
-        let marks = (event()?, event()?);
+        let marks = (dev.timing_event()?, dev.timing_event()?);
         let n_in = program.inputs.len();
         let use_graph = std::env::var("NPU_CUDA_GRAPH").map_or(true, |v| v != "0");
         Ok(CudaExecutable {
@@ -523,13 +518,8 @@ impl CudaExecutable {
             }
             Self::launch_kernel(&self.dev, &mut self.clear)?;
             let marks = (0..=self.steps.len())
-                .map(|_| {
-                    self.dev
-                        .ctx
-                        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                        .map_err(|e| CudaError::driver("creating an event", e))
-                })
-                .collect::<std::result::Result<Vec<_>, CudaError>>()?;
+                .map(|_| self.dev.timing_event())
+                .collect::<CudaResult<Vec<_>>>()?;
             for (si, mark) in marks.iter().enumerate().take(self.steps.len()) {
                 record(mark)?;
                 self.launch_step(si).map_err(|e| self.step_err(si, e))?;
@@ -606,7 +596,6 @@ impl CudaExecutable {
         Ok(())
     }
 
-    /// Enqueues the uploads, the run and the outputs' downloads.
     /// Enqueues the uploads, the run and the outputs' downloads, and takes the host phases
     /// of the uploads and the enqueuing.
     fn enqueue_run(

@@ -211,12 +211,7 @@ fn fastest(
             )
         }
     };
-    let event = || {
-        dev.ctx
-            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| CudaError::driver("creating an event", e))
-    };
-    let (e0, e1) = (event()?, event()?);
+    let (e0, e1) = (dev.timing_event()?, dev.timing_event()?);
     let mut times = Vec::with_capacity(cands.len());
     for algo in cands {
         if launch(algo) != ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {

@@ -35,13 +35,6 @@ pub struct DevicePhases {
     pub download_us: f64,
 }
 
-impl RunPhases {
-    /// The host phases' sum: the run's wall time less the few clock reads around them.
-    pub fn host_us(&self) -> f64 {
-        self.upload_us + self.enqueue_us + self.wait_us + self.outputs_us
-    }
-}
-
 /// Laps of the host clock through one run.
 pub(super) struct Laps(Instant);
 
@@ -67,14 +60,9 @@ pub(super) struct Trace {
 
 impl Trace {
     pub fn new(dev: &Device) -> Result<Trace> {
-        let event = || {
-            dev.ctx
-                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| CudaError::driver("creating an event", e))
-        };
         Ok(Trace {
-            before_upload: event()?,
-            after_download: event()?,
+            before_upload: dev.timing_event()?,
+            after_download: dev.timing_event()?,
         })
     }
 
