@@ -1,9 +1,11 @@
 //! A host run's inputs, outputs and error word cross the host link inside the replayed graph
-//! (inputs copied chunk by chunk as the host publishes them, small outputs written into their
-//! staging) or around it (`NPU_CUDA_GRAPH_IO=0`; large outputs always): every run of a series
+//! (small inputs and outputs copied by kernels through their staging's mapped address, the
+//! error word cleared by the first input's copy and brought back by the last output's) or
+//! around it (`NPU_CUDA_GRAPH_IO=0`; large inputs and outputs always): every run of a series
 //! with new inputs gives the CPU backend's outputs, both ways; an out-of-range id fails its run
-//! by name and the next run is right again. Its own test binary: the switch is an environment
-//! variable read at prepare time. Skips where there is no device.
+//! by name and the next run is right again; with kernel timing on, the runs are timed and
+//! still right. Its own test binary: the switch is an environment variable read at prepare
+//! time. Skips where there is no device.
 
 // Each test binary uses a part of the shared helpers.
 #[allow(dead_code)]
@@ -12,7 +14,7 @@ mod common;
 use common::{bind, device_or_skip, io, values};
 use npu_ir::DType;
 use npu_program::program::{dense_strides, Kernel, Program, Slot, Step};
-use npu_runtime::{Backend, CpuBackend, HostTensor, MemoryWeights};
+use npu_runtime::{Backend, CpuBackend, Executable, HostTensor, MemoryWeights};
 
 /// Elements of the large input: 10 MiB in f16, converted on several threads, each publishing
 /// its chunks; as an output, too large to be written inside the graph.
@@ -108,7 +110,7 @@ fn every_run_of_a_series_gets_its_own_inputs_and_outputs() {
     let cpu = CpuBackend::new();
     for mode in ["1", "0"] {
         std::env::set_var("NPU_CUDA_GRAPH_IO", mode);
-        let mut x = cuda.prepare(&p, &w).expect("prepare");
+        let mut x = cuda.prepare_cuda(&p, &w).expect("prepare");
         let mut c = cpu.prepare(&p, &w).expect("prepare on the CPU");
         // The first run is eager, the second captures the graph, later ones replay it.
         for (k, ids) in [
@@ -138,6 +140,19 @@ fn every_run_of_a_series_gets_its_own_inputs_and_outputs() {
         let got = outputs(x.run_all(&refs).expect("run after the failed one"));
         let want = outputs(c.run_all(&refs).expect("run on the CPU"));
         assert_eq!(got, want, "mode {mode}, the run after the failed one");
+        // kernel timing off (the default) leaves the graph without its events; on, the
+        // recaptured graph times its kernels and gives the same outputs
+        assert_eq!(
+            x.last_gpu_ms(),
+            0.0,
+            "mode {mode}: timing is off by default"
+        );
+        x.set_kernel_timing(true);
+        for k in 0..3 {
+            let got = outputs(x.run_all(&refs).expect("run with kernel timing"));
+            assert_eq!(got, want, "mode {mode}, timed run {k}");
+            assert!(x.last_gpu_ms() > 0.0, "mode {mode}, timed run {k}");
+        }
     }
     std::env::remove_var("NPU_CUDA_GRAPH_IO");
 }

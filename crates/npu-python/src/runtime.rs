@@ -226,7 +226,13 @@ impl PyBackend {
         );
         guard_nogil(py, move || {
             let exe = match &*lock(&b) {
-                AnyBackend::Cuda(c) => Exe::Cuda(Box::new(c.prepare_cuda(&p, w.as_ref())?)),
+                AnyBackend::Cuda(c) => {
+                    let mut x = c.prepare_cuda(&p, w.as_ref())?;
+                    // `last_gpu_ms` answers for every run: its few microseconds a run are
+                    // small against a call from Python
+                    x.set_kernel_timing(true);
+                    Exe::Cuda(Box::new(x))
+                }
                 AnyBackend::Cpu(c) => Exe::Dyn(c.prepare(&p, w.as_ref())?),
                 AnyBackend::Wgpu(c) => Exe::Dyn(c.prepare(&p, w.as_ref())?),
             };

@@ -6,8 +6,9 @@
 //!   npu-cuda-bench decode-at --decode D --weights W|random --positions 128,1024 [--repeat N]
 //!     (D may also be a prefill program: its S tokens then start at each position)
 //!
-//! `time` runs a program on the inputs named PREFIX<name> in IO (warm-up, then medians of the
-//! CUDA-event time of the replayed graph and of the whole run); `teacher` runs the prefill
+//! `time` runs a program on the inputs named PREFIX<name> in IO (warm-up, then the median
+//! CUDA-event time of the replayed graph's kernels, with kernel timing on, and the median
+//! whole run, with it off, as a caller runs); `teacher` runs the prefill
 //! and then decode step i on IO's `decode.<i>.input.*` (teacher forcing on the reference
 //! tokens) and writes every step's logits; `decode-at` times one decode step at each cache
 //! position (mask admitting slots 0..=p).
@@ -116,12 +117,23 @@ fn cmd_time(a: &bench::Args) -> Res<String> {
     for _ in 0..3 {
         run(&mut x, &ins, st.as_mut())?;
     }
+    // The kernels' time with kernel timing on, then whole runs as a caller makes them
+    // (timing off: its event records cost a host run a few microseconds).
     let (mut gpu, mut wall, mut host) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..repeat {
-        let (_, w_ms, g_ms) = run(&mut x, &ins, st.as_mut())?;
-        gpu.push(g_ms);
-        wall.push(w_ms);
-        host.push(x.last_phases());
+    x.set_kernel_timing(true);
+    for k in 0..repeat + 2 {
+        let (_, _, g_ms) = run(&mut x, &ins, st.as_mut())?;
+        if k >= 2 {
+            gpu.push(g_ms);
+        }
+    }
+    x.set_kernel_timing(false);
+    for k in 0..repeat + 2 {
+        let (_, w_ms, _) = run(&mut x, &ins, st.as_mut())?;
+        if k >= 2 {
+            wall.push(w_ms);
+            host.push(x.last_phases());
+        }
     }
     if let Some(o) = a.get("out") {
         write_safetensors(&PathBuf::from(o), &out).map_err(|e| npu_ir::error_chain(&e))?;
@@ -152,9 +164,12 @@ fn phases_json(
     let err = |e: npu_runtime::RuntimeError| npu_ir::error_chain(&e);
     x.set_tracing(true).map_err(err)?;
     let mut device = Vec::new();
-    for _ in 0..runs {
+    // the first run recaptures the graph with the trace's events
+    for k in 0..=runs {
         run(x, ins, st)?;
-        device.extend(x.last_phases().device);
+        if k > 0 {
+            device.extend(x.last_phases().device);
+        }
     }
     x.set_tracing(false).map_err(err)?;
     let med = |f: &dyn Fn(&RunPhases) -> f64| median(&mut host.iter().map(f).collect::<Vec<_>>());
@@ -183,6 +198,8 @@ fn cmd_teacher(a: &bench::Args) -> Res<String> {
     let steps: usize = arg(a, "steps")?.parse().map_err(|_| "bad --steps")?;
     let mut px = prepare(&b, &pre, &w)?;
     let mut dx = prepare(&b, &dec, &w)?;
+    px.set_kernel_timing(true);
+    dx.set_kernel_timing(true);
     let mut st = px.new_state();
     let ins = inputs_with(&pre, &io, "prefill.input.", true);
     let (out, pre_wall, pre_gpu) = run(&mut px, &ins, st.as_mut())?;
@@ -237,6 +254,7 @@ fn cmd_decode_at(a: &bench::Args) -> Res<String> {
         .filter_map(|s| s.parse().ok())
         .collect();
     let mut x = prepare(&b, &dec, w)?;
+    x.set_kernel_timing(true);
     let mut st = x.new_state();
     let max = bench::cache_len(&dec);
     let mut out = Vec::new();

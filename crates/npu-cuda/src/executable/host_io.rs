@@ -38,7 +38,15 @@ pub(super) struct HostIo {
     to_host: Vec<KernelLaunch>,
 }
 
-fn copy_kernel(dev: &Device, src: u64, dst: u64, bytes: usize) -> KernelLaunch {
+/// `bytes` from `src` to `dst`, and with `word = Some((wsrc, wdst))` the word at `wsrc` (0
+/// where `wsrc` is 0) stored at `wdst`.
+fn copy_kernel(
+    dev: &Device,
+    src: u64,
+    dst: u64,
+    bytes: usize,
+    word: Option<(u64, u64)>,
+) -> KernelLaunch {
     let units = bytes.div_ceil(16).max(1) as u64;
     let blocks = units.div_ceil(u64::from(THREADS)).min(4 * dev.sms as u64) as u32;
     KernelLaunch {
@@ -51,6 +59,8 @@ fn copy_kernel(dev: &Device, src: u64, dst: u64, bytes: usize) -> KernelLaunch {
             Arg::Ptr(src, Loc::Null),
             Arg::Ptr(dst, Loc::Null),
             Arg::I64(bytes as i64),
+            Arg::Ptr(word.map_or(0, |w| w.0), Loc::Null),
+            Arg::Ptr(word.map_or(0, |w| w.1), Loc::Null),
         ],
     }
 }
@@ -83,24 +93,40 @@ impl HostIo {
         }
         for (i, (buf, stage)) in inputs.0.iter().zip(inputs.1).enumerate() {
             if let (true, Some(b), Some(s)) = (io.ins[i], buf, stage) {
+                // the first input's copy clears the error word
+                let clear = io.to_dev.is_empty().then_some((0, err.0.ptr));
                 io.to_dev
-                    .push(copy_kernel(dev, s.mapped()?, b.ptr, s.len()));
+                    .push(copy_kernel(dev, s.mapped()?, b.ptr, s.len(), clear));
             }
         }
+        let mut copies = Vec::new();
         for (o, (buf, stage)) in outputs.0.iter().zip(outputs.1).enumerate() {
             if let (true, Some(b), Some(s)) = (io.outs[o], buf, stage) {
-                io.to_host
-                    .push(copy_kernel(dev, b.ptr, s.mapped()?, s.len()));
+                copies.push((b.ptr, s.mapped()?, s.len()));
             }
         }
-        io.to_host
-            .push(copy_kernel(dev, err.0.ptr, err.1.mapped()?, err.1.len()));
+        // the last output's copy brings the error word back (a copy of its own without one)
+        let last = copies.len().saturating_sub(1);
+        let word = (err.0.ptr, err.1.mapped()?);
+        io.to_host = copies
+            .iter()
+            .enumerate()
+            .map(|(k, &(src, dst, n))| copy_kernel(dev, src, dst, n, (k == last).then_some(word)))
+            .collect();
+        if io.to_host.is_empty() {
+            io.to_host.push(copy_kernel(dev, 0, 0, 0, Some(word)));
+        }
         Ok(io)
     }
 
     /// Whether runs copy inside the graph (the error word then comes back with the outputs).
     pub fn on(&self) -> bool {
         self.on
+    }
+
+    /// Whether the inputs' copies clear the error word (a host run then skips `k_clear_err`).
+    pub fn clears_err(&self) -> bool {
+        !self.to_dev.is_empty()
     }
 
     /// Enqueues the inputs' copies (before the run's kernels).

@@ -571,9 +571,13 @@ extern "C" __global__ void k_adaptive_avg_pool2d_warp(TD x, TD out, int cl) {
 
 // Copies n bytes between page-locked host memory (its mapped address) and device memory, 16
 // bytes a thread where both ends are 16-byte aligned (staging and device buffers are): a run's
-// small inputs and outputs crossing the host link inside the replayed graph.
-extern "C" __global__ void k_copy_bytes(const unsigned char* src, unsigned char* dst, i64 n) {
+// small inputs and outputs crossing the host link inside the replayed graph. With wdst, one
+// thread also stores *wsrc (0 without wsrc) there: the error word cleared by the first input's
+// copy and brought back by the last output's, so neither takes a launch of its own.
+extern "C" __global__ void k_copy_bytes(const unsigned char* src, unsigned char* dst, i64 n, const unsigned* wsrc,
+                                        unsigned* wdst) {
   pdl_enter();
+  if (wdst && blockIdx.x == 0 && threadIdx.x == 0) *wdst = wsrc ? *wsrc : 0u;
   i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x, stride = (i64)gridDim.x * blockDim.x;
   i64 n16 = n / 16;
   for (i64 i = t; i < n16; i += stride) ((uint4*)dst)[i] = ((const uint4*)src)[i];
