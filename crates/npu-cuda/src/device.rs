@@ -39,6 +39,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_im2col",
     "k_gemv",
     "k_gemv16",
+    "k_gemv16_bulk",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -129,6 +130,9 @@ pub struct Device {
     /// `pdl_enter()` (kernels/common.cuh), which waits for its predecessor before touching
     /// memory, so only launch latency and block ramp overlap.
     pub(crate) pdl: bool,
+    /// One-row 16-bit GEMMs through bulk copies (`k_gemv16_bulk`, sm_90; `NPU_CUDA_GEMV_BULK=1`,
+    /// an experiment: off by default until measured).
+    pub(crate) gemv_bulk: bool,
     /// cuBLASLt algorithms are chosen by timing (`lt_tune`), unless `NPU_CUDA_LT_TUNE=0`.
     pub(crate) lt_tune: bool,
     /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
@@ -238,6 +242,7 @@ impl Device {
             sms,
             l2_bytes,
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
+            gemv_bulk: arch.0 >= 9 && std::env::var("NPU_CUDA_GEMV_BULK").is_ok_and(|v| v == "1"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
@@ -254,7 +259,13 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
+        let big_smem = [
+            "k_attn",
+            "k_attn_dec_mma",
+            "k_gemv",
+            "k_gemv16",
+            "k_gemv16_bulk",
+        ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()

@@ -263,28 +263,23 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                           float beta, int act, TD out, TD nw, int has_norm,
-                                                           float eps) {
-  prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
-  extern __shared__ uint4 as4[];
-  unsigned short* as16 = (unsigned short*)as4;
+// The GEMV kernels' epilogue for output column n: alpha * sum, the bias, the activation, one
+// rounding store.
+__device__ __forceinline__ void gv_store(float s, i64 n, i64 batch, const TD& bias, int has_bias, float alpha,
+                                         float beta, int act, const TD& out) {
   int r = out.rank;
-  i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 batch = blockIdx.y;
-  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 groups = (N + 7) / 8;
-  const unsigned short* bp = (const unsigned short*)b.ptr + bo;
-  i64 bs = b.st[r - 1];
-  // a warp past N streams row N - 1 (in bounds) and stores nothing
-  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
-  int nv = (int)(K / 8);
-  i64 g = blockIdx.x;
-  const uint4* row = row_of(g);
-  uint4 w[GV_U];
-  gv_load(w, row, lane, nv);
+  float v = alpha * s;
+  if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
+  if (act >= 0) v = apply_unary(act, v);
+  st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+}
+
+// k_gemv16's staging of a (raw 16-bit, K/8 uint4 in shared memory), RMS-normalized when
+// has_norm as k_rms_norm computes it. Ends with the block synchronized.
+__device__ __forceinline__ void gv_stage_a(const TD& a, i64 ao, i64 K, uint4* as4, const TD& nw, int has_norm,
+                                           float eps) {
+  unsigned short* as16 = (unsigned short*)as4;
+  int r = a.rank;
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
@@ -313,6 +308,30 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
     }
     __syncthreads();
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  extern __shared__ uint4 as4[];
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 batch = blockIdx.y;
+  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  i64 groups = (N + 7) / 8;
+  const unsigned short* bp = (const unsigned short*)b.ptr + bo;
+  i64 bs = b.st[r - 1];
+  // a warp past N streams row N - 1 (in bounds) and stores nothing
+  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
+  int nv = (int)(K / 8);
+  i64 g = blockIdx.x;
+  const uint4* row = row_of(g);
+  uint4 w[GV_U];
+  gv_load(w, row, lane, nv);
+  gv_stage_a(a, ao, K, as4, nw, has_norm, eps);
   for (; g < groups; g += gridDim.x) {
     i64 n = g * 8 + warp;
     float s = 0.0f;
@@ -337,11 +356,114 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
       gv_load(w, row, lane, nv);
     }
     s = warp_sum(s);
-    if (lane == 0 && n < N) {
-      float v = alpha * s;
-      if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
-      if (act >= 0) v = apply_unary(act, v);
-      st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+    if (lane == 0 && n < N) gv_store(s, n, batch, bias, has_bias, alpha, beta, act, out);
+  }
+}
+
+// The GEMV kernels of one row through bulk copies (Hopper's TMA, 1-D): a block's weight rows
+// reach shared memory by cp.async.bulk into a ring of GB_STAGES stages of 8 rows x GB_KC
+// elements, each stage's arrival counted by an mbarrier, so the bytes in flight cost no
+// registers (k_gemv16 holds GV_U 16-byte loads a lane). Tiles are (group of 8 rows, GB_KC
+// slice of K), a block's groups gridDim.x apart as in k_gemv16; thread 0 refills a stage once
+// the block has consumed it. Each lane sums its elements in k_gemv16's order (GB_KC / 8 is a
+// multiple of 32), so the results are k_gemv16's bit for bit. Needs sm_90, K % 8 == 0 and
+// 16-byte aligned, contiguous b rows; dynamic shared memory GB_STAGES * 8 * GB_KC * 2 + K * 2
+// + GB_STAGES * 8 bytes.
+#define GB_KC 1024
+#define GB_STAGES 4
+__device__ __forceinline__ void gb_bar_init(unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+#endif
+}
+// Arms `bar` for `bytes` and copies `rows` rows of `bytes` each (row_stride elements apart in
+// global memory, GB_KC elements apart in shared memory) into `dst`.
+__device__ __forceinline__ void gb_issue(unsigned bar, unsigned dst, const unsigned short* src, i64 row_stride,
+                                         int rows, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes * rows) : "memory");
+  for (int w = 0; w < rows; ++w)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     dst + (unsigned)(w * GB_KC * 2)),
+                 "l"(src + w * row_stride), "r"(bytes), "r"(bar)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void gb_wait(unsigned bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_bulk(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                                float beta, int act, TD out, TD nw, int has_norm,
+                                                                float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  extern __shared__ uint4 gb_smem[];
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 batch = blockIdx.y;
+  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  unsigned short* ring = (unsigned short*)gb_smem;
+  uint4* as4 = gb_smem + GB_STAGES * GB_KC;  // GB_STAGES * 8 rows * GB_KC * 2 bytes / 16
+  unsigned long long* bars = (unsigned long long*)(as4 + K / 8);
+  const unsigned short* bp = (const unsigned short*)b.ptr + bo;
+  i64 bs = b.st[r - 1];
+  i64 groups = (N + 7) / 8, chunks = (K + GB_KC - 1) / GB_KC;
+  i64 mine = groups > blockIdx.x ? (groups - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  i64 tiles = mine * chunks;
+  auto issue = [&](i64 t) {
+    int st = (int)(t % GB_STAGES);
+    i64 g = blockIdx.x + (t / chunks) * gridDim.x, k0 = (t % chunks) * GB_KC;
+    int rows = (int)min((i64)8, N - g * 8);
+    unsigned bytes = (unsigned)(min((i64)GB_KC, K - k0) * 2);
+    gb_issue((unsigned)__cvta_generic_to_shared(bars + st),
+             (unsigned)__cvta_generic_to_shared(ring + (i64)st * 8 * GB_KC), bp + g * 8 * bs + k0, bs, rows, bytes);
+  };
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < GB_STAGES; ++st) gb_bar_init((unsigned)__cvta_generic_to_shared(bars + st));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+    for (i64 t = 0; t < tiles && t < GB_STAGES; ++t) issue(t);
+  }
+  gv_stage_a(a, ao, K, as4, nw, has_norm, eps);
+  float s = 0.0f;
+  for (i64 t = 0; t < tiles; ++t) {
+    int st = (int)(t % GB_STAGES);
+    gb_wait((unsigned)__cvta_generic_to_shared(bars + st), (unsigned)((t / GB_STAGES) & 1));
+    i64 g = blockIdx.x + (t / chunks) * gridDim.x, c = t % chunks, n = g * 8 + warp;
+    if (n < N) {
+      const uint4* row = (const uint4*)(ring + ((i64)st * 8 + warp) * GB_KC);
+      int nv = (int)(min((i64)GB_KC, K - c * GB_KC) / 8), vb = (int)(c * (GB_KC / 8));
+      for (int v = lane; v < nv; v += 32) {
+        float wf[8], xf[8];
+        unpack8(row[v], b.dt, wf);
+        unpack8(as4[vb + v], b.dt, xf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+      }
+    }
+    if (c == chunks - 1) {
+      float sum = warp_sum(s);
+      if (lane == 0 && n < N) gv_store(sum, n, batch, bias, has_bias, alpha, beta, act, out);
+      s = 0.0f;
+    }
+    __syncthreads();  // every warp is done with stage st
+    if (threadIdx.x == 0 && t + GB_STAGES < tiles) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+      issue(t + GB_STAGES);
     }
   }
 }

@@ -131,7 +131,12 @@ impl Planner<'_> {
         } = g;
         let null = TdArg::null();
         if gemv {
-            let (name, smem) = if raw16 {
+            // (its shared memory within the 160 KB the library opts into)
+            let bulk = raw16 && self.dev.gemv_bulk && k * 2 <= 64 * 1024;
+            let (name, smem) = if bulk {
+                // GB_STAGES (4) stages of 8 rows x GB_KC (1024) 16-bit elements, a, the mbarriers
+                ("k_gemv16_bulk", 4 * 8 * 1024 * 2 + k * 2 + 4 * 8)
+            } else if raw16 {
                 ("k_gemv16", k * 2)
             } else {
                 ("k_gemv", k * 4)
@@ -141,7 +146,10 @@ impl Planner<'_> {
             // k_gemv16 loops over groups of 8 columns: at most GEMV16_BLOCKS_PER_SM blocks
             // per SM, each staging `a` once.
             let groups = n.div_ceil(8);
-            let blocks = if raw16 {
+            let blocks = if bulk {
+                // two blocks an SM fit in shared memory; each keeps its ring full
+                groups.min(2 * self.dev.sms.max(1) as usize)
+            } else if raw16 {
                 groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
             } else {
                 groups
