@@ -130,9 +130,10 @@ pub struct Device {
     /// `pdl_enter()` (kernels/common.cuh), which waits for its predecessor before touching
     /// memory, so only launch latency and block ramp overlap.
     pub(crate) pdl: bool,
-    /// One-row 16-bit GEMMs through bulk copies (`k_gemv16_bulk`, sm_90; `NPU_CUDA_GEMV_BULK=1`,
-    /// an experiment: off by default until measured).
-    pub(crate) gemv_bulk: bool,
+    /// One-row 16-bit GEMMs through bulk copies (`k_gemv16_bulk`, sm_90; an experiment, off by
+    /// default until measured): `NPU_CUDA_GEMV_BULK=1` after the programmatic wait, `=2` with a
+    /// weight's first tiles copied before it.
+    pub(crate) gemv_bulk: u8,
     /// cuBLASLt algorithms are chosen by timing (`lt_tune`), unless `NPU_CUDA_LT_TUNE=0`.
     pub(crate) lt_tune: bool,
     /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
@@ -242,7 +243,11 @@ impl Device {
             sms,
             l2_bytes,
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
-            gemv_bulk: arch.0 >= 9 && std::env::var("NPU_CUDA_GEMV_BULK").is_ok_and(|v| v == "1"),
+            gemv_bulk: match std::env::var("NPU_CUDA_GEMV_BULK").as_deref() {
+                Ok("1") if arch.0 >= 9 => 1,
+                Ok("2") if arch.0 >= 9 => 2,
+                _ => 0,
+            },
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
@@ -526,9 +531,10 @@ mod tests {
                 .next()
                 .and_then(|h| h.split_whitespace().last())
                 .unwrap_or("?");
-            // L2 prefetch statements may come first (kernels/common.cuh, prefetch_l2)
+            // L2 prefetch statements may come first (kernels/common.cuh, prefetch_l2), and
+            // copies of weights into the block's own shared memory (k_gemv16_bulk)
             let mut body = rest[open + 1..].trim_start();
-            while body.starts_with("prefetch_l2") {
+            while body.starts_with("prefetch_l2") || body.starts_with("weights_to_smem") {
                 body = body.split_once(';').map_or("", |(_, b)| b).trim_start();
             }
             if !body.starts_with("pdl_enter();") {

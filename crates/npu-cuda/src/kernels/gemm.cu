@@ -401,69 +401,96 @@ __device__ __forceinline__ void gb_wait(unsigned bar, unsigned parity) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_bulk(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                                float beta, int act, TD out, TD nw, int has_norm,
-                                                                float eps) {
-  prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+// The ring of a k_gemv16_bulk block: where its stages, a and its mbarriers lie in shared
+// memory, and which weight tiles it streams. Address arithmetic on the kernel's parameters only.
+struct GbRing {
+  unsigned short* ring;
+  uint4* as4;
+  unsigned long long* bars;
+  const unsigned short* bp;
+  i64 bs, N, K, chunks, tiles;
+};
+__device__ __forceinline__ GbRing gb_ring(const TD& a, const TD& b, const TD& out) {
   extern __shared__ uint4 gb_smem[];
   int r = out.rank;
-  i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 batch = blockIdx.y;
-  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  unsigned short* ring = (unsigned short*)gb_smem;
-  uint4* as4 = gb_smem + GB_STAGES * GB_KC;  // GB_STAGES * 8 rows * GB_KC * 2 bytes / 16
-  unsigned long long* bars = (unsigned long long*)(as4 + K / 8);
-  const unsigned short* bp = (const unsigned short*)b.ptr + bo;
-  i64 bs = b.st[r - 1];
-  i64 groups = (N + 7) / 8, chunks = (K + GB_KC - 1) / GB_KC;
+  GbRing g;
+  g.N = out.sh[r - 1];
+  g.K = a.sh[r - 1];
+  g.ring = (unsigned short*)gb_smem;
+  g.as4 = gb_smem + GB_STAGES * GB_KC;  // GB_STAGES * 8 rows * GB_KC * 2 bytes / 16
+  g.bars = (unsigned long long*)(g.as4 + g.K / 8);
+  g.bp = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y);
+  g.bs = b.st[r - 1];
+  i64 groups = (g.N + 7) / 8;
+  g.chunks = (g.K + GB_KC - 1) / GB_KC;
   i64 mine = groups > blockIdx.x ? (groups - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  i64 tiles = mine * chunks;
-  auto issue = [&](i64 t) {
-    int st = (int)(t % GB_STAGES);
-    i64 g = blockIdx.x + (t / chunks) * gridDim.x, k0 = (t % chunks) * GB_KC;
-    int rows = (int)min((i64)8, N - g * 8);
-    unsigned bytes = (unsigned)(min((i64)GB_KC, K - k0) * 2);
-    gb_issue((unsigned)__cvta_generic_to_shared(bars + st),
-             (unsigned)__cvta_generic_to_shared(ring + (i64)st * 8 * GB_KC), bp + g * 8 * bs + k0, bs, rows, bytes);
-  };
-  if (threadIdx.x == 0) {
-    for (int st = 0; st < GB_STAGES; ++st) gb_bar_init((unsigned)__cvta_generic_to_shared(bars + st));
+  g.tiles = mine * g.chunks;
+  return g;
+}
+__device__ __forceinline__ void gb_issue_tile(const GbRing& g, i64 t) {
+  int st = (int)(t % GB_STAGES);
+  i64 grp = blockIdx.x + (t / g.chunks) * gridDim.x, k0 = (t % g.chunks) * GB_KC;
+  int rows = (int)min((i64)8, g.N - grp * 8);
+  unsigned bytes = (unsigned)(min((i64)GB_KC, g.K - k0) * 2);
+  gb_issue((unsigned)__cvta_generic_to_shared(g.bars + st),
+           (unsigned)__cvta_generic_to_shared(g.ring + (i64)st * 8 * GB_KC), g.bp + grp * 8 * g.bs + k0, g.bs, rows,
+           bytes);
+}
+// Thread 0 initializes the mbarriers and issues the first GB_STAGES tiles.
+__device__ __forceinline__ void gb_begin(const GbRing& g) {
+  if (threadIdx.x != 0) return;
+  for (int st = 0; st < GB_STAGES; ++st) gb_bar_init((unsigned)__cvta_generic_to_shared(g.bars + st));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
-    for (i64 t = 0; t < tiles && t < GB_STAGES; ++t) issue(t);
-  }
-  gv_stage_a(a, ao, K, as4, nw, has_norm, eps);
+  for (i64 t = 0; t < g.tiles && t < GB_STAGES; ++t) gb_issue_tile(g, t);
+}
+// With `early` (the planner's b is a weight or constant, which no kernel writes), the first
+// tiles' copies start before pdl_enter(), so they overlap the previous kernel's tail: only
+// kernel parameters are read, and only this block's shared memory is written.
+__device__ __forceinline__ void weights_to_smem_gemv(int early, const TD& a, const TD& b, const TD& out) {
+  if (early) gb_begin(gb_ring(a, b, out));
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_bulk(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                                float beta, int act, TD out, TD nw, int has_norm,
+                                                                float eps, int early) {
+  weights_to_smem_gemv(early, a, b, out);
+  pdl_enter();
+  GbRing g = gb_ring(a, b, out);
+  if (!early) gb_begin(g);
+  int r = out.rank;
+  i64 batch = blockIdx.y;
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  gv_stage_a(a, offset_lead(a, r - 2, batch), g.K, g.as4, nw, has_norm, eps);
   float s = 0.0f;
-  for (i64 t = 0; t < tiles; ++t) {
+  for (i64 t = 0; t < g.tiles; ++t) {
     int st = (int)(t % GB_STAGES);
-    gb_wait((unsigned)__cvta_generic_to_shared(bars + st), (unsigned)((t / GB_STAGES) & 1));
-    i64 g = blockIdx.x + (t / chunks) * gridDim.x, c = t % chunks, n = g * 8 + warp;
-    if (n < N) {
-      const uint4* row = (const uint4*)(ring + ((i64)st * 8 + warp) * GB_KC);
-      int nv = (int)(min((i64)GB_KC, K - c * GB_KC) / 8), vb = (int)(c * (GB_KC / 8));
+    gb_wait((unsigned)__cvta_generic_to_shared(g.bars + st), (unsigned)((t / GB_STAGES) & 1));
+    i64 c = t % g.chunks, n = (blockIdx.x + (t / g.chunks) * gridDim.x) * 8 + warp;
+    if (n < g.N) {
+      const uint4* row = (const uint4*)(g.ring + ((i64)st * 8 + warp) * GB_KC);
+      int nv = (int)(min((i64)GB_KC, g.K - c * GB_KC) / 8), vb = (int)(c * (GB_KC / 8));
       for (int v = lane; v < nv; v += 32) {
         float wf[8], xf[8];
         unpack8(row[v], b.dt, wf);
-        unpack8(as4[vb + v], b.dt, xf);
+        unpack8(g.as4[vb + v], b.dt, xf);
 #pragma unroll
         for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
       }
     }
-    if (c == chunks - 1) {
+    if (c == g.chunks - 1) {
       float sum = warp_sum(s);
-      if (lane == 0 && n < N) gv_store(sum, n, batch, bias, has_bias, alpha, beta, act, out);
+      if (lane == 0 && n < g.N) gv_store(sum, n, batch, bias, has_bias, alpha, beta, act, out);
       s = 0.0f;
     }
     __syncthreads();  // every warp is done with stage st
-    if (threadIdx.x == 0 && t + GB_STAGES < tiles) {
+    if (threadIdx.x == 0 && t + GB_STAGES < g.tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
-      issue(t + GB_STAGES);
+      gb_issue_tile(g, t + GB_STAGES);
     }
   }
 }

@@ -173,6 +173,12 @@ impl Planner<'_> {
             out_numel: m * o,
             out_dtype: dt,
             lt_relu: true,
+            // the weight as it lies (not the zero-padded copy a kernel of this step writes)
+            b_constant: kp == k
+                && matches!(
+                    w.slot,
+                    npu_program::program::Slot::Weight(_) | npu_program::program::Slot::Const(_)
+                ),
         };
         let scratch = d_bytes + align(col_bytes) + align(w_bytes);
         if let Some(r) = residual {

@@ -6,7 +6,7 @@ use crate::gemm::{epilogue, plan_lt, LtDest};
 use crate::launch::{dtype_code, unary_code, Arg, Launch, TdArg};
 use crate::loc::Loc;
 use npu_ir::UnaryOp;
-use npu_program::program::Binding;
+use npu_program::program::{Binding, Slot};
 
 /// Blocks per SM that `k_gemv16` is launched with at most (a wide matrix loops over its
 /// column groups): the residency its 64 registers per thread allow at 256 threads (ptxas;
@@ -97,6 +97,7 @@ impl Planner<'_> {
             out_numel: out.numel(),
             out_dtype: out.dtype,
             lt_relu: false,
+            b_constant: matches!(b.slot, Slot::Weight(_) | Slot::Const(_)),
         })?;
         pre.extend(plan.launches);
         Ok(StepPlan {
@@ -127,12 +128,13 @@ impl Planner<'_> {
             vec,
             raw16,
             out_numel,
+            b_constant,
             ..
         } = g;
         let null = TdArg::null();
         if gemv {
             // (its shared memory within the 160 KB the library opts into)
-            let bulk = raw16 && self.dev.gemv_bulk && k * 2 <= 64 * 1024;
+            let bulk = raw16 && self.dev.gemv_bulk > 0 && k * 2 <= 64 * 1024;
             let (name, smem) = if bulk {
                 // GB_STAGES (4) stages of 8 rows x GB_KC (1024) 16-bit elements, a, the mbarriers
                 ("k_gemv16_bulk", 4 * 8 * 1024 * 2 + k * 2 + 4 * 8)
@@ -178,6 +180,11 @@ impl Planner<'_> {
                     kern.args.push(Arg::Td(norm.0));
                     kern.args.push(Arg::I32(norm.1));
                     kern.args.push(Arg::F32(norm.2));
+                    if bulk {
+                        // copy b's first tiles before the wait only where no kernel writes b
+                        let early = self.dev.gemv_bulk == 2 && b_constant;
+                        kern.args.push(Arg::I32(i32::from(early)));
+                    }
                     Launch::Kernel(kern)
                 }
                 other => other,
@@ -393,4 +400,6 @@ pub(super) struct GemmPaths {
     pub out_dtype: npu_ir::DType,
     /// cuBLASLt's own ReLU may serve `act` (its NaN handling measured to match `relu`).
     pub lt_relu: bool,
+    /// b is a weight or constant: no kernel writes it (`k_gemv16_bulk` may copy it early).
+    pub b_constant: bool,
 }
