@@ -456,6 +456,7 @@ __device__ __forceinline__ void weights_to_smem_gemv(int early, const TD& a, con
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_bulk(TD a, TD b, TD bias, int has_bias, float alpha,
                                                                 float beta, int act, TD out, TD nw, int has_norm,
                                                                 float eps, int early) {
+  prefetch_l2_gemv_row(a, b, out);
   weights_to_smem_gemv(early, a, b, out);
   pdl_enter();
   GbRing g = gb_ring(a, b, out);
