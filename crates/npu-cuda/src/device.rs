@@ -31,6 +31,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_adaptive_avg_pool2d",
     "k_adaptive_avg_pool2d_warp",
     "k_clear_err",
+    "k_gate_probe",
     "k_copy_bytes",
     "k_gemm",
     "k_epilogue",

@@ -18,10 +18,12 @@ mod lt_call;
 mod lt_tune;
 mod nvrtc;
 mod plan;
+mod probe;
 mod state;
 
 pub use error::CudaError;
 pub use executable::{CudaExecutable, DevicePhases, DevicePtr, RunPhases};
+pub use probe::GateProbe;
 pub use state::CudaState;
 
 use device::{DevBuf, Device};
@@ -63,6 +65,13 @@ impl CudaBackend {
     ) -> Result<CudaExecutable> {
         let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
         CudaExecutable::new(self.dev.clone(), program.clone(), weights, &mut cache)
+    }
+}
+
+impl CudaBackend {
+    /// The gate-polling diagnostic (`probe.rs`), `reps` round trips per configuration.
+    pub fn gate_probe(&self, reps: usize) -> std::result::Result<Vec<GateProbe>, CudaError> {
+        probe::gate_probe(&self.dev, reps)
     }
 }
 

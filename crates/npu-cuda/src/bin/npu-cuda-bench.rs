@@ -275,11 +275,34 @@ fn cmd_decode_at(a: &bench::Args) -> Res<String> {
     ))
 }
 
+/// `gate-probe [--reps N]`: round trips from a host store to polling blocks and back
+/// (`npu_cuda::GateProbe`), one JSON object per configuration in `"rows"`.
+fn cmd_gate_probe(a: &bench::Args) -> Res<String> {
+    let b = CudaBackend::new().map_err(|e| npu_ir::error_chain(&e))?;
+    let reps: usize = a.get("reps").and_then(|s| s.parse().ok()).unwrap_or(50);
+    let rows = b.gate_probe(reps).map_err(|e| npu_ir::error_chain(&e))?;
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"blocks\":{},\"poll\":\"{}\",\"sleep_ns\":{},\"median_us\":{:.2},\"worst_us\":{:.2}}}",
+                r.blocks, r.poll, r.sleep_ns, r.median_us, r.worst_us
+            )
+        })
+        .collect();
+    Ok(format!(
+        "{{\"device\":{:?},\"rows\":[{}]}}",
+        b.describe(),
+        rows.join(",")
+    ))
+}
+
 fn main() -> ExitCode {
     bench::main(
-        "npu-cuda-bench (time|teacher|decode-at) --key value ...",
+        "npu-cuda-bench (time|teacher|decode-at|gate-probe) --key value ...",
         |cmd, a| match cmd {
             "time" => cmd_time(a),
+            "gate-probe" => cmd_gate_probe(a),
             "teacher" => cmd_teacher(a),
             "decode-at" => cmd_decode_at(a),
             other => Err(format!("unknown command '{other}'")),

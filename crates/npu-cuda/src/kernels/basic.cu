@@ -580,5 +580,21 @@ extern "C" __global__ void k_copy_bytes(const unsigned char* src, unsigned char*
   for (i64 i = n16 * 16 + t; i < n; i += stride) dst[i] = src[i];
 }
 
+// Diagnostic (probe.rs, npu-cuda-bench gate-probe): thread 0 of every block polls *gate (mapped
+// page-locked memory) until it reads `want` (mode 0: ld.acquire.sys, 1: ld.volatile; sleep_ns
+// between polls), then stores `want` into ack[block] with a system-scope release.
+extern "C" __global__ void k_gate_probe(const unsigned* gate, unsigned* ack, unsigned want, int mode, int sleep_ns) {
+  pdl_enter();
+  if (threadIdx.x != 0) return;
+  unsigned v;
+  for (;;) {
+    if (mode == 0) asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(gate) : "memory");
+    else asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(gate) : "memory");
+    if (v == want) break;
+    if (sleep_ns > 0) __nanosleep(sleep_ns);
+  }
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(ack + blockIdx.x), "r"(want) : "memory");
+}
+
 // Zeroes the error word (first launch of every run).
 extern "C" __global__ void k_clear_err(int* err) { pdl_enter(); *err = 0; }
