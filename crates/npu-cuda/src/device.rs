@@ -33,6 +33,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_clear_err",
     "k_gate_probe",
     "k_copy_bytes",
+    "k_copy_gated",
     "k_gemm",
     "k_epilogue",
     "k_epilogue_rms",

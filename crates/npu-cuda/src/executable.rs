@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 mod device_io;
+mod gates;
 mod host_io;
 mod phases;
 mod staging;
@@ -35,6 +36,9 @@ use host_io::HostIo;
 pub use phases::{DevicePhases, RunPhases};
 use phases::{Laps, Trace};
 use staging::Pinned;
+
+/// Gated inputs left to convert after the launch: (program input, its tensor).
+type Deferred<'t> = Vec<(usize, &'t HostTensor)>;
 
 pub struct CudaExecutable {
     dev: Arc<Device>,
@@ -300,17 +304,32 @@ impl CudaExecutable {
 
     /// Converts every given input into its staging, enqueuing its copy unless the run copies
     /// it inside (`host_io`), uploads state inputs synchronously into the state, and returns
-    /// the input addresses.
-    fn upload_inputs(
+    /// the input addresses. With `defer`, gated inputs are left for [`Self::publish`] after
+    /// the launch and returned (their sizes checked).
+    fn upload_inputs<'t>(
         &mut self,
-        inputs: &[(&str, &HostTensor)],
+        inputs: &[(&str, &'t HostTensor)],
         state: &mut CudaState,
-    ) -> Result<Vec<u64>> {
+        defer: bool,
+    ) -> Result<(Vec<u64>, Deferred<'t>)> {
         self.provided.iter_mut().for_each(|p| *p = false);
+        let mut deferred = Vec::new();
+        let gates = self.host_io.gates.as_ref();
+        if let Some(g) = gates {
+            g.reset();
+        }
         for (name, t) in inputs {
             let (i, io) = match_input(&self.program, name, t)?;
             let dtypes = (t.dtype(), io.storage);
             match (&self.inputs[i], &mut self.in_stage[i]) {
+                (Some(_), Some(stage)) if gates.is_some_and(|g| g.is_gated(i)) => {
+                    if defer {
+                        staging::check_len(stage, t.bytes(), dtypes, &io.name)?;
+                        deferred.push((i, *t));
+                    } else if let Some(g) = gates {
+                        g.publish(i, stage, t.bytes(), dtypes, &io.name)?;
+                    }
+                }
                 (Some(_), Some(stage)) if self.host_io.ins[i] => {
                     staging::convert(stage, t.bytes(), dtypes, &io.name)?
                 }
@@ -348,7 +367,63 @@ impl CudaExecutable {
                 Some(b) => ptrs.push(b.ptr),
             }
         }
-        Ok(ptrs)
+        Ok((ptrs, deferred))
+    }
+
+    /// Converts the gated inputs `upload_inputs` deferred around the replay's launch: each
+    /// input's first chunks before it, the rest after it (overlapping the graph's start and
+    /// the first chunks' copies). On an error every gate is released, so the run ends.
+    fn launch_and_publish(&mut self, deferred: &Deferred) -> Result<()> {
+        let Some(gates) = self.host_io.gates.take() else {
+            return self.launch(self.host_io.on());
+        };
+        let mut stages: Vec<Pinned> = Vec::with_capacity(deferred.len());
+        for &(i, _) in deferred {
+            stages.extend(self.in_stage[i].take());
+        }
+        let names: Vec<String> = deferred
+            .iter()
+            .map(|&(i, _)| self.program.inputs[i].name.clone())
+            .collect();
+        let early = gates::early_eighths();
+        let (mut firsts, mut seconds) = (Vec::new(), Vec::new());
+        for ((&(i, t), stage), name) in deferred.iter().zip(stages.iter_mut()).zip(&names) {
+            let dtypes = (t.dtype(), self.program.inputs[i].storage);
+            let (a, b) = gates.halves(i, stage.bytes_mut(), t.bytes(), dtypes, name, early);
+            firsts.push(a);
+            seconds.push(b);
+        }
+        let failed = firsts
+            .into_iter()
+            .try_for_each(gates::Part::run)
+            .and_then(|()| self.launch(self.host_io.on()))
+            .and_then(|()| seconds.into_iter().try_for_each(gates::Part::run));
+        if failed.is_err() {
+            gates.release_all();
+        }
+        for (&(i, _), stage) in deferred.iter().zip(stages) {
+            self.in_stage[i] = Some(stage);
+        }
+        self.host_io.gates = Some(gates);
+        failed
+    }
+
+    /// Converts and publishes the gated inputs `upload_inputs` deferred, before a launch.
+    fn publish(&mut self, deferred: &Deferred) -> Result<()> {
+        let Some(gates) = self.host_io.gates.as_ref() else {
+            return Ok(());
+        };
+        for &(i, t) in deferred {
+            let io = &self.program.inputs[i];
+            let published = match &mut self.in_stage[i] {
+                Some(stage) => {
+                    gates.publish(i, stage, t.bytes(), (t.dtype(), io.storage), &io.name)
+                }
+                None => Ok(()),
+            };
+            published?;
+        }
+        Ok(())
     }
 
     fn relocate(&mut self, input_ptrs: &[u64]) {
@@ -607,10 +682,22 @@ impl CudaExecutable {
         if let Some(t) = &self.trace {
             t.mark_upload(&self.dev)?;
         }
-        let ptrs = self.upload_inputs(inputs, state)?;
-        self.last_phases.upload_us = laps.lap();
+        // A replay of the captured graph is launched before the gated inputs convert; any
+        // other run converts them first (see `gates`).
+        let replay = self.graphs[1].is_some() && !self.step_ms.is_on();
+        let (ptrs, deferred) = self.upload_inputs(inputs, state, replay)?;
         self.bind(ptrs);
-        self.launch(self.host_io.on())?;
+        if !deferred.is_empty() && self.graphs[1].is_none() {
+            // the inputs moved: this run captures a new graph
+            self.publish(&deferred)?;
+        }
+        let upload_us = laps.lap();
+        if self.graphs[1].is_some() && !deferred.is_empty() {
+            self.launch_and_publish(&deferred)?;
+        } else {
+            self.launch(self.host_io.on())?;
+        }
+        let mut enqueue_us = laps.lap();
         for (oi, o) in self.program.outputs.iter().enumerate() {
             if self.host_io.outs[oi] {
                 continue;
@@ -622,7 +709,9 @@ impl CudaExecutable {
         if let Some(t) = &self.trace {
             t.mark_download(&self.dev)?;
         }
-        self.last_phases.enqueue_us = laps.lap();
+        enqueue_us += laps.lap();
+        self.last_phases.upload_us = upload_us;
+        self.last_phases.enqueue_us = enqueue_us;
         Ok(())
     }
 }

@@ -1,8 +1,9 @@
 //! A host run's small inputs and outputs crossing the host link inside the run itself, so a
 //! replay of the captured graph carries them and the host makes one driver call a run: the
-//! host converts the inputs into their page-locked staging and launches; the run's first
-//! kernels (`k_copy_bytes`) read each input through its staging's mapped device address, and
-//! after the last step `k_copy_bytes` writes the outputs and the error word into theirs.
+//! run's first kernels read each input through its staging's mapped device address (as the
+//! host publishes its chunks, `gates`; `k_copy_bytes` after the whole conversion with
+//! `NPU_CUDA_GATED_IO=0`), and after the last step `k_copy_bytes` writes the outputs and the
+//! error word into theirs.
 //!
 //! Inputs and outputs larger than [`IN_GRAPH_MAX`] keep copy-engine copies around the graph
 //! (`staging::upload_async`), where the copy of one chunk overlaps the conversion of the
@@ -12,6 +13,7 @@
 //! every later run. A run through caller-owned device memory (`run_device`) uses a graph
 //! without these copies.
 
+use super::gates::{self, Gates};
 use super::staging::Pinned;
 use crate::device::{DevBuf, Device};
 use crate::error::CudaResult;
@@ -34,6 +36,8 @@ pub(super) struct HostIo {
     /// Per program input / output: whether its copy is inside the graph.
     pub ins: Vec<bool>,
     pub outs: Vec<bool>,
+    /// The gated inputs' gates (the copies in `to_dev` of the inputs it gates wait for them).
+    pub gates: Option<Gates>,
     to_dev: Vec<KernelLaunch>,
     to_host: Vec<KernelLaunch>,
 }
@@ -59,7 +63,7 @@ impl HostIo {
     /// Copies every staged input and output of at most [`IN_GRAPH_MAX`] bytes and the error
     /// word inside the graph (nothing when `NPU_CUDA_GRAPH_IO=0`).
     pub fn new(
-        dev: &Device,
+        dev: &std::sync::Arc<Device>,
         inputs: (&[Option<DevBuf>], &[Option<Pinned>]),
         outputs: (&[Option<DevBuf>], &[Option<Pinned>]),
         err: (&DevBuf, &Pinned),
@@ -75,16 +79,23 @@ impl HostIo {
             on,
             ins: pick(inputs),
             outs: pick(outputs),
+            gates: None,
             to_dev: Vec::new(),
             to_host: Vec::new(),
         };
         if !on {
             return Ok(io);
         }
+        if gates::on_from_env() {
+            io.gates = Gates::new(dev, &io.ins, inputs.1)?;
+        }
         for (i, (buf, stage)) in inputs.0.iter().zip(inputs.1).enumerate() {
             if let (true, Some(b), Some(s)) = (io.ins[i], buf, stage) {
-                io.to_dev
-                    .push(copy_kernel(dev, s.mapped()?, b.ptr, s.len()));
+                let k = match &io.gates {
+                    Some(g) => g.copy_kernel(dev, i, s.mapped()?, b.ptr, s.len())?,
+                    None => copy_kernel(dev, s.mapped()?, b.ptr, s.len()),
+                };
+                io.to_dev.push(k);
             }
         }
         for (o, (buf, stage)) in outputs.0.iter().zip(outputs.1).enumerate() {

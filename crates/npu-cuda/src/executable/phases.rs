@@ -12,9 +12,11 @@ use std::time::Instant;
 /// One host run (`Executable::run`) split into phases, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RunPhases {
-    /// Host: validating and converting the inputs into staging, enqueuing their copies.
+    /// Host: validating and converting the inputs into staging, enqueuing their copies (a
+    /// replay's gated inputs convert after its launch: see `enqueue_us`).
     pub upload_us: f64,
-    /// Host: enqueuing the kernels (a graph replay) and the downloads.
+    /// Host: enqueuing the kernels (a graph replay) and the downloads, and converting the
+    /// gated inputs of a replay (overlapping its start).
     pub enqueue_us: f64,
     /// Host: waiting for the device.
     pub wait_us: f64,

@@ -12,6 +12,7 @@ use cudarc::driver::{result, sys};
 use npu_ir::DType;
 use npu_runtime::tensor::cast_bytes;
 use npu_runtime::{Result, RuntimeError};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 /// Bytes converted and copied per chunk: large enough that a copy's fixed cost (a few
@@ -74,6 +75,13 @@ impl Pinned {
         Ok(d)
     }
 
+    /// The buffer as 32-bit words shared with the device (`len` a multiple of 4).
+    pub fn words(&self) -> &[AtomicU32] {
+        // SAFETY: `cuMemHostAlloc` returns page-aligned memory of `len` initialized bytes
+        // owned by `self`; the device reads these words concurrently, hence atomics.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const AtomicU32, self.len / 4) }
+    }
+
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `len` initialized bytes owned by `self`.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -106,7 +114,12 @@ impl Drop for Pinned {
 }
 
 /// Whether `src` holds the elements `stage` is sized for.
-fn check_len(stage: &Pinned, src: &[u8], (from, to): (DType, DType), what: &str) -> Result<()> {
+pub(super) fn check_len(
+    stage: &Pinned,
+    src: &[u8],
+    (from, to): (DType, DType),
+    what: &str,
+) -> Result<()> {
     let (fs, ts) = (from.size_bytes().max(1), to.size_bytes().max(1));
     let elems = stage.len / ts;
     if src.len() < elems * fs {
@@ -134,6 +147,30 @@ pub(crate) fn convert(
 ) -> Result<()> {
     check_len(stage, src, dtypes, what)?;
     cast(src, stage.bytes_mut(), dtypes, what)
+}
+
+/// Converts `src` into `dst` (matching parts of an input and its staging) in chunks of
+/// `chunk` staging bytes (a multiple of the storage size), calling `done(k)` once chunk `k`
+/// of the part is in staging.
+pub(crate) fn convert_chunks(
+    dst: &mut [u8],
+    src: &[u8],
+    dtypes: (DType, DType),
+    what: &str,
+    chunk: usize,
+    mut done: impl FnMut(usize),
+) -> Result<()> {
+    let (fs, ts) = (dtypes.0.size_bytes().max(1), dtypes.1.size_bytes().max(1));
+    let per_chunk = (chunk / ts).max(1);
+    for (k, (d, s)) in dst
+        .chunks_mut(per_chunk * ts)
+        .zip(src.chunks(per_chunk * fs))
+        .enumerate()
+    {
+        cast(s, d, dtypes, what)?;
+        done(k);
+    }
+    Ok(())
 }
 
 /// Converts `src` into `stage` and enqueues the copy of each chunk to device address `dst`

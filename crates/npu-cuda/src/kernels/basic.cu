@@ -580,6 +580,75 @@ extern "C" __global__ void k_copy_bytes(const unsigned char* src, unsigned char*
   for (i64 i = n16 * 16 + t; i < n; i += stride) dst[i] = src[i];
 }
 
+// A host run's input copied from its page-locked staging (mapped address) chunk by chunk as
+// the host publishes each, so a replay is launched before the host converts and each chunk's
+// copy overlaps the next one's conversion (executable/host_io.rs). The host zeroes gates[0..)
+// before the launch and sets gates[c] (a release store) once chunk c is in staging.
+// Only block 0 polls host memory: each block polling it adds about a microsecond to every
+// round trip (npu-cuda-bench gate-probe on an H200 machine: 2.3 us with one polling block,
+// 17 us with 16, 82 us with 80), so block 0 relays each gate into flags[c] in device memory,
+// where blocks 1.. (per_chunk a chunk) wait for their chunk. The last block of a chunk to
+// finish resets its flag and count, so every run starts from zero. A gate not set within
+// about a second is taken as set (a host that failed between launch and publish still gets
+// its run back; the host releases every gate on its error paths). chunk is a multiple of 16
+// bytes and both buffers are 16-byte aligned.
+#define GATE_UNROLL 4
+extern "C" __global__ void k_copy_gated(const unsigned char* src, unsigned char* dst, i64 n, i64 chunk,
+                                        int per_chunk, const unsigned* gates, unsigned* flags,
+                                        unsigned* counts) {
+  pdl_enter();
+  const i64 nchunks = (n + chunk - 1) / chunk;
+  if (blockIdx.x == 0) {
+    if (threadIdx.x != 0) return;
+    u64 t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    bool late = false;
+    for (i64 c = 0; c < nchunks; ++c) {
+      for (unsigned v = 0; !late;) {
+        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(gates + c) : "memory");
+        if (v) break;
+        u64 t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        late = t - t0 > 1000000000ull;
+      }
+      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flags + c), "r"(1u) : "memory");
+    }
+    return;
+  }
+  const int b = blockIdx.x - 1;
+  const i64 c = b / per_chunk;
+  const int part = b % per_chunk;
+  if (c >= nchunks) return;
+  if (threadIdx.x == 0) {
+    for (unsigned v = 0;;) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flags + c) : "memory");
+      if (v) break;
+      __nanosleep(64);
+    }
+  }
+  __syncthreads();
+  const i64 lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  const i64 step = (i64)per_chunk * blockDim.x;
+  const uint4* s4 = (const uint4*)src;
+  uint4* d4 = (uint4*)dst;
+  i64 u = lo / 16 + part * (i64)blockDim.x + threadIdx.x;
+  // every load of a round in flight before its stores: host-link reads take microseconds
+  for (; u + (GATE_UNROLL - 1) * step < hi / 16; u += GATE_UNROLL * step) {
+    uint4 r[GATE_UNROLL];
+#pragma unroll
+    for (int j = 0; j < GATE_UNROLL; ++j) r[j] = s4[u + j * step];
+#pragma unroll
+    for (int j = 0; j < GATE_UNROLL; ++j) d4[u + j * step] = r[j];
+  }
+  for (; u < hi / 16; u += step) d4[u] = s4[u];
+  for (i64 i = hi / 16 * 16 + part * (i64)blockDim.x + threadIdx.x; i < hi; i += step) dst[i] = src[i];
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(counts + c, 1u) == (unsigned)per_chunk - 1) {
+    counts[c] = 0;
+    flags[c] = 0;
+  }
+}
+
 // Diagnostic (probe.rs, npu-cuda-bench gate-probe): thread 0 of every block polls *gate (mapped
 // page-locked memory) until it reads `want` (mode 0: ld.acquire.sys, 1: ld.volatile; sleep_ns
 // between polls), then stores `want` into ack[block] with a system-scope release.
