@@ -254,37 +254,42 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
 // column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
 // wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
 #define GV_PREFETCH_ROW 4096
-__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
+__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out, int wpr) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
+  int warp = threadIdx.x >> 5, part = warp % wpr;
+  i64 n = blockIdx.x * (8 / wpr) + warp / wpr;
   if ((threadIdx.x & 31) != 0 || n >= N) return;
-  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
-  prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
+  i64 k0 = (K / 8) * part / wpr * 8, k1 = (K / 8) * (part + 1) / wpr * 8;
+  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1] + k0;
+  prefetch_l2(row, min((u64)(k1 - k0) * 2, (u64)GV_PREFETCH_ROW));
 }
 
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
                                                            float beta, int act, TD out, TD nw, int has_norm,
-                                                           float eps) {
-  prefetch_l2_gemv_row(a, b, out);
+                                                           float eps, int wpr) {
+  prefetch_l2_gemv_row(a, b, out, wpr);
   pdl_enter();
   extern __shared__ uint4 as4[];
+  __shared__ float parts[8];
   unsigned short* as16 = (unsigned short*)as4;
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
   i64 batch = blockIdx.y;
   i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 groups = (N + 7) / 8;
+  // wpr warps a column, each over its part of K; 8 / wpr columns a group
+  const int rpg = 8 / wpr, col = warp / wpr, part = warp % wpr;
+  i64 groups = (N + rpg - 1) / rpg;
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
   i64 bs = b.st[r - 1];
   // a warp past N streams row N - 1 (in bounds) and stores nothing
-  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
-  int nv = (int)(K / 8);
+  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * rpg + col, N - 1) * bs); };
+  const int nvk = (int)(K / 8), vb = nvk * part / wpr, nv = nvk * (part + 1) / wpr;
   i64 g = blockIdx.x;
   const uint4* row = row_of(g);
   uint4 w[GV_U];
-  gv_load(w, row, lane, nv);
+  gv_load(w, row, vb + lane, nv);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
@@ -314,9 +319,9 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
     __syncthreads();
   }
   for (; g < groups; g += gridDim.x) {
-    i64 n = g * 8 + warp;
+    i64 n = g * rpg + col;
     float s = 0.0f;
-    for (int v0 = lane;;) {
+    for (int v0 = vb + lane;;) {
 #pragma unroll
       for (int u = 0; u < GV_U; ++u) {
         int v = v0 + 32 * u;
@@ -334,10 +339,18 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
     }
     if (g + gridDim.x < groups) {
       row = row_of(g + gridDim.x);
-      gv_load(w, row, lane, nv);
+      gv_load(w, row, vb + lane, nv);
     }
     s = warp_sum(s);
-    if (lane == 0 && n < N) {
+    if (wpr > 1) {
+      // the column's parts in order (every warp runs the same groups: the barriers match)
+      if (lane == 0) parts[warp] = s;
+      __syncthreads();
+      if (part == 0)
+        for (int p = 1; p < wpr; ++p) s += parts[warp + p];
+      __syncthreads();
+    }
+    if (lane == 0 && part == 0 && n < N) {
       float v = alpha * s;
       if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
       if (act >= 0) v = apply_unary(act, v);
