@@ -2,7 +2,9 @@
 //! replay of the captured graph carries them and the host makes one driver call a run: the
 //! host converts the inputs into their page-locked staging and launches; the run's first
 //! kernels (`k_copy_bytes`) read each input through its staging's mapped device address, and
-//! after the last step `k_copy_bytes` writes the outputs and the error word into theirs.
+//! after the last step `k_copy_bytes` writes the outputs and the error word into theirs. The
+//! error word rides on those launches (cleared by the first input's copy, brought back by the
+//! last output's), so it takes no launch of its own.
 //!
 //! Inputs and outputs larger than [`IN_GRAPH_MAX`] keep copy-engine copies around the graph
 //! (`staging::upload_async`), where the copy of one chunk overlaps the conversion of the
