@@ -83,7 +83,22 @@ impl HostTensor {
 
     /// Every element widened to f32 (integers converted by value).
     pub fn to_f32_vec(&self) -> Vec<f32> {
-        (0..self.numel())
+        let n = self.numel();
+        if cfg!(target_endian = "little") {
+            // Whole slices through `cast_bytes` (F16C / bulk paths): ~10x the per-element
+            // loop on a vocabulary's logits (152k bf16 values: 24 against 251 us, AMD EPYC),
+            // which a generation pays every token. Same values: its per-element fallbacks
+            // are the same loads.
+            let mut out = vec![0f32; n];
+            // SAFETY: the byte view covers exactly `out`'s initialized elements, and every
+            // bit pattern is a valid f32; little-endian, as `cast_bytes` stores.
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), 4 * n) };
+            if cast_bytes(&self.data, self.dtype, bytes, DType::F32).is_ok() {
+                return out;
+            }
+        }
+        (0..n)
             .map(|i| load_f32(&self.data, self.dtype, i))
             .collect()
     }
@@ -261,6 +276,25 @@ pub fn store_i64(b: &mut [u8], dt: DType, i: usize, v: i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn to_f32_vec_gives_every_dtype_s_values_as_the_element_loads_do() {
+        // raw bytes cover NaN, inf, subnormals and every integer width's sign; an odd length
+        // leaves a tail past the bulk paths' lanes
+        let n = 37;
+        for dt in DType::ALL {
+            let data: Vec<u8> = (0..n * dt.size_bytes())
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7) as u8)
+                .collect();
+            let t = HostTensor::new(dt, vec![n], data).unwrap();
+            let want: Vec<f32> = (0..n).map(|i| load_f32(t.bytes(), dt, i)).collect();
+            let got = t.to_f32_vec();
+            let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(same(*g, *w), "{dt:?} element {i}: {g} against {w}");
+            }
+        }
+    }
 
     #[test]
     fn casts_round_to_nearest_even_and_refuse_float_to_int() {

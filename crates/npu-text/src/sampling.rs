@@ -154,6 +154,9 @@ impl Sampler {
     /// the repetition penalty).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         if self.params.is_greedy() {
+            if self.params.repetition_penalty == 1.0 {
+                return argmax(logits) as u32;
+            }
             return argmax(&self.penalized(logits, history)) as u32;
         }
         let probs = self.distribution(logits, history);

@@ -348,14 +348,16 @@ fn run(
     let out = exe
         .run(&refs, state)
         .map_err(|e| TextError::runtime(what, e))?;
-    let logits = out.first().map(|(_, t)| t.to_f32_vec()).unwrap_or_default();
+    let mut logits = out.first().map(|(_, t)| t.to_f32_vec()).unwrap_or_default();
     if logits.len() < vocab {
         return Err(TextError::Program {
             program: what.to_string(),
             message: format!("returned {} logits, expected {vocab}", logits.len()),
         });
     }
-    Ok(logits[logits.len() - vocab..].to_vec())
+    // the last position's logits, in place
+    logits.drain(..logits.len() - vocab);
+    Ok(logits)
 }
 
 impl LanguageModel for Session {
