@@ -61,7 +61,8 @@ class TextModel:
         ``temperature`` is 0, else Hugging Face's order (repetition penalty, temperature, top-k,
         top-p, min-p) from a seeded generator. ``on_text`` receives the text as it becomes final.
         Returns ``{"text", "tokens", "finish", "prompt_tokens", "prefill_s", "decode_s",
-        "decode_tokens_per_s"}``; ``finish`` is "eos", "stop", "length" or "cache_full"."""
+        "decode_model_s", "decode_tokens_per_s"}`` (``decode_model_s``: the part of ``decode_s``
+        in the model's runs); ``finish`` is "eos", "stop", "length" or "cache_full"."""
         p = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
         return self._m.generate(
             p,

@@ -209,6 +209,7 @@ impl PyTextModel {
         d.set_item("prompt_tokens", g.prompt_tokens)?;
         d.set_item("prefill_s", g.prefill_s)?;
         d.set_item("decode_s", g.decode_s)?;
+        d.set_item("decode_model_s", g.decode_model_s)?;
         d.set_item("decode_tokens_per_s", g.decode_tokens_per_s())?;
         Ok(d)
     }

@@ -58,6 +58,9 @@ pub struct Generation {
     pub prefill_s: f64,
     /// Seconds of the decode steps after it.
     pub decode_s: f64,
+    /// The part of `decode_s` spent running the model; the rest is sampling, detokenizing,
+    /// stop strings and the sink.
+    pub decode_model_s: f64,
     /// Decode runs (tokens fed back after the first).
     pub decode_steps: usize,
 }
@@ -118,6 +121,7 @@ pub fn generate(
     let mut text = String::new();
     let mut tokens = Vec::new();
     let mut decode_steps = 0;
+    let mut decode_model_s = 0.0;
     let finish = loop {
         let tok = sampler.sample(&logits, model.tokens());
         tokens.push(tok);
@@ -137,7 +141,9 @@ pub fn generate(
         if model.room() == 0 {
             break Finish::CacheFull;
         }
+        let t = Instant::now();
         logits = model.extend(&[tok])?;
+        decode_model_s += t.elapsed().as_secs_f64();
         decode_steps += 1;
     };
     if let Some(t) = tokenizer {
@@ -162,6 +168,7 @@ pub fn generate(
         prompt_tokens: prompt.len(),
         prefill_s,
         decode_s: t1.elapsed().as_secs_f64(),
+        decode_model_s,
         decode_steps,
     })
 }
@@ -228,6 +235,12 @@ mod tests {
         );
         assert_eq!(ctx, [5, 5, 3, 4], "the EOS token is not fed back");
         assert_eq!(g.decode_steps, 2);
+        assert!(
+            g.decode_model_s > 0.0 && g.decode_model_s <= g.decode_s,
+            "the model's share of the decode time: {} of {}",
+            g.decode_model_s,
+            g.decode_s
+        );
         let len = GenerateOptions {
             max_new_tokens: Some(2),
             ..Default::default()

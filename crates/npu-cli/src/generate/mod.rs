@@ -228,6 +228,7 @@ fn json(g: &Generation, l: &load::Loaded, seed: u64) -> serde_json::Value {
             "load_s": l.load_s,
             "prefill_s": g.prefill_s,
             "decode_s": g.decode_s,
+            "decode_model_s": g.decode_model_s,
             "decode_steps": g.decode_steps,
             "prompt_tokens_per_s": g.prompt_tokens_per_s(),
             "decode_tokens_per_s": g.decode_tokens_per_s(),
