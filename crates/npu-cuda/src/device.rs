@@ -358,6 +358,25 @@ impl Device {
             .map_err(|e| CudaError::driver("creating an event", e))
     }
 
+    /// Records `e` on the run's stream; `in_capture`: as an event record node of the graph
+    /// being captured, so a replay records it too (`CU_EVENT_RECORD_EXTERNAL`, which the
+    /// driver refuses outside a capture).
+    pub(crate) fn record_event(
+        &self,
+        e: &cudarc::driver::CudaEvent,
+        in_capture: bool,
+    ) -> CudaResult<()> {
+        let flags = if in_capture {
+            sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32
+        } else {
+            0
+        };
+        // SAFETY: a live event and stream of this context.
+        unsafe { sys::cuEventRecordWithFlags(e.cu_event(), self.cu_stream(), flags) }
+            .result()
+            .map_err(|e| CudaError::driver("recording an event", e))
+    }
+
     pub(crate) fn bind(&self) -> CudaResult<()> {
         self.ctx
             .bind_to_thread()

@@ -67,7 +67,8 @@ pub struct CudaExecutable {
     step_ms: StepTimes,
     provided: Vec<bool>,
     last_gpu_ms: f32,
-    /// The last host run's phases, and the events that trace its copies when on.
+    /// The last host run's phases, and the events that trace its copies when on (only with
+    /// `kernel_timing`: the trace reads `marks`).
     last_phases: RunPhases,
     trace: Option<Trace>,
     /// Whether runs record `marks` around their kernels (`set_kernel_timing`).
@@ -280,10 +281,14 @@ impl CudaExecutable {
     /// records it adds to the captured graph cost a host run ~5 us (ResNet-18 b1 whole run
     /// 0.232 against 0.239 ms on an H200 machine; its `cuGraphLaunch` 1.6-2.8 us against 5).
     /// Turning it on or off recaptures the graph at the next run.
+    /// Turning it off ends tracing too (the trace reads the same events).
     pub fn set_kernel_timing(&mut self, on: bool) {
         if on != self.kernel_timing {
             self.kernel_timing = on;
             self.graphs = [None, None];
+        }
+        if !on {
+            self.trace = None;
         }
         self.last_gpu_ms = 0.0;
     }
@@ -480,20 +485,13 @@ impl CudaExecutable {
         }
     }
 
-    /// Records `e` on the stream; while `capturing`, as an event record node, so a replayed
-    /// graph times its own kernels (`CU_EVENT_RECORD_EXTERNAL`, which the driver refuses
-    /// outside a capture).
-    fn mark(dev: &Device, e: &CudaEvent, capturing: bool) -> CudaResult<()> {
-        use cudarc::driver::sys;
-        let flags = if capturing {
-            sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32
-        } else {
-            0
-        };
-        // SAFETY: a live event and stream of the bound context.
-        unsafe { sys::cuEventRecordWithFlags(e.cu_event(), dev.cu_stream(), flags) }
-            .result()
-            .map_err(|e| CudaError::driver("recording an event", e))
+    /// Enqueues `k_clear_err`, unless this is a host run whose input copies clear the error
+    /// word themselves (`io`).
+    fn clear_err(&mut self, io: bool) -> CudaResult<()> {
+        if io && self.host_io.clears_err() {
+            return Ok(());
+        }
+        Self::launch_kernel(&self.dev, &mut self.clear)
     }
 
     /// The run: the copies inside the graph for a host run (`io`), the marks around the
@@ -502,18 +500,15 @@ impl CudaExecutable {
         if io {
             self.host_io.enqueue_inputs(&self.dev)?;
         }
-        let marks = self.kernel_timing;
-        if marks {
-            Self::mark(&self.dev, &self.marks.0, capturing)?;
+        if self.kernel_timing {
+            self.dev.record_event(&self.marks.0, capturing)?;
         }
-        if !(io && self.host_io.clears_err()) {
-            Self::launch_kernel(&self.dev, &mut self.clear)?;
-        }
+        self.clear_err(io)?;
         for si in 0..self.steps.len() {
             self.launch_step(si).map_err(|e| self.step_err(si, e))?;
         }
-        if marks {
-            Self::mark(&self.dev, &self.marks.1, capturing)?;
+        if self.kernel_timing {
+            self.dev.record_event(&self.marks.1, capturing)?;
         }
         if io {
             self.host_io.enqueue_outputs(&self.dev)?;
@@ -532,28 +527,21 @@ impl CudaExecutable {
     /// with profiling on, runs eagerly with a device event between steps and waits for them.
     fn execute(&mut self, io: bool) -> Result<()> {
         let stream = self.dev.cu_stream();
-        let dev = self.dev.clone();
-        let record = |e: &CudaEvent| {
-            e.record(&dev.stream)
-                .map_err(|e| CudaError::driver("recording an event", e))
-        };
         if self.step_ms.is_on() {
             // Eager, with a device event between steps: each step's GPU time without host
             // synchronization in between (the events add well under a microsecond each).
             if io {
                 self.host_io.enqueue_inputs(&self.dev)?;
             }
-            if !(io && self.host_io.clears_err()) {
-                Self::launch_kernel(&self.dev, &mut self.clear)?;
-            }
+            self.clear_err(io)?;
             let marks = (0..=self.steps.len())
                 .map(|_| self.dev.timing_event())
                 .collect::<CudaResult<Vec<_>>>()?;
             for (si, mark) in marks.iter().enumerate().take(self.steps.len()) {
-                record(mark)?;
+                self.dev.record_event(mark, false)?;
                 self.launch_step(si).map_err(|e| self.step_err(si, e))?;
             }
-            record(&marks[self.steps.len()])?;
+            self.dev.record_event(&marks[self.steps.len()], false)?;
             if io {
                 self.host_io.enqueue_outputs(&self.dev)?;
             }
@@ -700,11 +688,7 @@ impl Executable for CudaExecutable {
         }
         self.last_phases.wait_us = wait_us;
         self.last_phases.outputs_us = laps.lap();
-        self.last_phases.device = self
-            .trace
-            .as_ref()
-            .filter(|_| self.kernel_timing)
-            .map(|t| t.device_phases(&self.marks));
+        self.last_phases.device = self.trace.as_ref().map(|t| t.device_phases(&self.marks));
         Ok(out)
     }
 }

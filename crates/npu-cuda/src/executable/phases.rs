@@ -4,7 +4,6 @@
 //! is off by default because each event record is a driver call on the run's path.
 
 use crate::device::Device;
-use crate::error::CudaError;
 use cudarc::driver::CudaEvent;
 use npu_runtime::Result;
 use std::time::Instant;
@@ -66,17 +65,12 @@ impl Trace {
         })
     }
 
-    fn record(dev: &Device, e: &CudaEvent) -> Result<()> {
-        e.record(&dev.stream)
-            .map_err(|e| CudaError::driver("recording an event", e).into())
-    }
-
     pub fn mark_upload(&self, dev: &Device) -> Result<()> {
-        Self::record(dev, &self.before_upload)
+        Ok(dev.record_event(&self.before_upload, false)?)
     }
 
     pub fn mark_download(&self, dev: &Device) -> Result<()> {
-        Self::record(dev, &self.after_download)
+        Ok(dev.record_event(&self.after_download, false)?)
     }
 
     /// The device phases of a synchronized run whose kernels lay between `marks`.

@@ -584,5 +584,5 @@ extern "C" __global__ void k_copy_bytes(const unsigned char* src, unsigned char*
   for (i64 i = n16 * 16 + t; i < n; i += stride) dst[i] = src[i];
 }
 
-// Zeroes the error word (first launch of every run).
+// Zeroes the error word (first launch of every run whose input copies do not: host_io.rs).
 extern "C" __global__ void k_clear_err(int* err) { pdl_enter(); *err = 0; }
