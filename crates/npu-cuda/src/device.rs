@@ -94,7 +94,14 @@ fn library_functions() -> Vec<&'static str> {
 }
 
 pub(crate) fn library_source() -> String {
+    let defs = std::env::var("NPU_CUDA_DIAG_DEFINES").unwrap_or_default();
+    let defs: String = defs
+        .split(',')
+        .filter(|d| !d.is_empty())
+        .map(|d| format!("#define {}\n", d.replace('=', " ")))
+        .collect();
     [
+        defs.as_str(),
         crate::elementwise::common_source().as_str(),
         include_str!("kernels/basic.cu"),
         include_str!("kernels/gemm.cu"),

@@ -199,6 +199,7 @@ impl CudaExecutable {
             scratch_need = scratch_need.max(p.scratch);
             steps.push(p.launches);
         }
+        diag_skip(&program, &mut steps);
         // The steps' shared scratch, then the region kept across steps.
         let persist_off = align(LT_WORKSPACE + scratch_need);
         let scratch_bytes = persist_off + persist.into_inner().bytes;
@@ -690,5 +691,35 @@ impl Executable for CudaExecutable {
         self.last_phases.outputs_us = laps.lap();
         self.last_phases.device = self.trace.as_ref().map(|t| t.device_phases(&self.marks));
         Ok(out)
+    }
+}
+
+/// Diagnostic only (wrong results): `NPU_CUDA_DIAG_SKIP=kind[@N][:first|:last],..` drops the
+/// launches of steps of that kind (output's last dim N) to measure their in-graph cost.
+fn diag_skip(program: &Program, steps: &mut [Vec<Launch>]) {
+    let Ok(spec) = std::env::var("NPU_CUDA_DIAG_SKIP") else {
+        return;
+    };
+    for tok in spec.split(',').filter(|t| !t.is_empty()) {
+        let (head, part) = tok.split_once(':').unwrap_or((tok, "all"));
+        let (kind, n) = head.split_once('@').unwrap_or((head, ""));
+        for (s, l) in program.steps.iter().zip(steps.iter_mut()) {
+            if s.kernel.kind() != kind || l.is_empty() {
+                continue;
+            }
+            let last = s.outputs[0].shape.last().copied().unwrap_or(0);
+            if !n.is_empty() && n.parse::<usize>().ok() != Some(last) {
+                continue;
+            }
+            match part {
+                "first" => {
+                    l.remove(0);
+                }
+                "last" => {
+                    l.pop();
+                }
+                _ => l.clear(),
+            }
+        }
     }
 }

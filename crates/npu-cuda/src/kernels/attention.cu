@@ -297,7 +297,11 @@ __device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, u
     unsigned short* d = dst + row * (MQ_MAXD + 8) + c;
     if (vec) {
       // rows past T: a 0-byte source fills the 16 bytes with zeros
+#ifdef KV_CS
+      asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0; cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, pol; }" ::"r"(smem_addr(d)), "l"(src + base + min(tt, T - 1) * t.st[2] + c), "r"(tt < T ? 16u : 0u));
+#else
       cp_async16(d, src + base + min(tt, T - 1) * t.st[2] + c, tt < T);
+#endif
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) d[i] = tt < T ? src[base + tt * t.st[2] + (c + i) * t.st[3]] : 0;

@@ -48,7 +48,11 @@ __device__ __forceinline__ void pdl_enter() {
 __device__ __forceinline__ void prefetch_l2(const void* p, u64 bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (bytes > 0 && (((u64)p) & 15) == 0 && (bytes & 15) == 0)
+#ifdef PF_LAST
+    asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, pol; }" ::"l"(p), "r"((unsigned)bytes));
+#else
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes));
+#endif
 #endif
 }
 

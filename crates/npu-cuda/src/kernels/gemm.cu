@@ -243,17 +243,25 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 // store, and the first column's before a is staged (b is a weight: no kernel writes it).
 // Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`: the staged row is RMS-normalized
 // first, as k_rms_norm computes it (every block normalizes its own copy).
+#ifndef GV_U
 #define GV_U 4
+#endif
 __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int v0, int nv) {
 #pragma unroll
   for (int u = 0; u < GV_U; ++u)
+#ifdef GV_CS
+    if (v0 + 32 * u < nv) w[u] = __ldcs(row + v0 + 32 * u);
+#else
     if (v0 + 32 * u < nv) w[u] = __ldg(row + v0 + 32 * u);
+#endif
 }
 
 // k_gemv16's prefetch: warp w's lane 0 fetches the first GV_PREFETCH_ROW bytes of its first
 // column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
 // wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
+#ifndef GV_PREFETCH_ROW
 #define GV_PREFETCH_ROW 4096
+#endif
 __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];

@@ -142,7 +142,12 @@ impl Planner<'_> {
             // per SM, each staging `a` once.
             let groups = n.div_ceil(8);
             let blocks = if raw16 {
-                groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+                let most = GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize;
+                if std::env::var("NPU_CUDA_DIAG_GEMV_BALANCE").is_ok_and(|v| v == "1") {
+                    groups.div_ceil(groups.div_ceil(most))
+                } else {
+                    groups.min(most)
+                }
             } else {
                 groups
             };
