@@ -278,15 +278,25 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)
 
 // 16 bytes from global `src` to shared `dst` without passing through registers; `fill` false
 // writes zeros instead (src must still be a valid address). Completes at cp_async_wait().
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(fill ? 16u : 0u));
+// `once`: the source is read once per kernel, its lines marked evict-first in L2.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill, bool once = false) {
+  if (once) {
+    asm volatile(
+        "{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;"
+        " cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, pol; }" ::"r"(smem_addr(dst)),
+        "l"(src), "r"(fill ? 16u : 0u));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(fill ? 16u : 0u));
+  }
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 
 // Stages keys t0 .. t0 + MQ_KEYS - 1 of a K or V tile as [key][d] rows MQ_MAXD + 8 apart, zeros
 // past T: 16-byte cp.async copies (all in flight, no registers) where rows are contiguous and
-// aligned, element loads otherwise. The caller waits (cp_async_wait) and syncs.
-__device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, unsigned short* dst) {
+// aligned, element loads otherwise. The caller waits (cp_async_wait) and syncs. `once`: no
+// other block reads these rows (decode), so they pass through L2 evict-first.
+__device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, unsigned short* dst,
+                                         bool once = false) {
   i64 T = t.sh[2];
   const unsigned short* src = (const unsigned short*)t.ptr;
   bool vec = t.st[3] == 1 && (t.st[2] % 8) == 0 && (base % 8) == 0 && (t.ptr % 16) == 0;
@@ -297,7 +307,7 @@ __device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, u
     unsigned short* d = dst + row * (MQ_MAXD + 8) + c;
     if (vec) {
       // rows past T: a 0-byte source fills the 16 bytes with zeros
-      cp_async16(d, src + base + min(tt, T - 1) * t.st[2] + c, tt < T);
+      cp_async16(d, src + base + min(tt, T - 1) * t.st[2] + c, tt < T, once);
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) d[i] = tt < T ? src[base + tt * t.st[2] + (c + i) * t.st[3]] : 0;
@@ -958,8 +968,8 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   const int nlist = min(ntile, DM_MAXT);
   int cur = dm_next_live(live, 0, nlist);
   if (cur < nlist) {
-    mq_stage(k, kbase, t_begin + (i64)cur * DM_KEYS, D, kst);
-    mq_stage(v, vbase, t_begin + (i64)cur * DM_KEYS, D, vst);
+    mq_stage(k, kbase, t_begin + (i64)cur * DM_KEYS, D, kst, true);
+    mq_stage(v, vbase, t_begin + (i64)cur * DM_KEYS, D, vst, true);
   }
   for (int it = 0; cur < nlist; ++it) {
     const int buf = it & 1;
@@ -977,8 +987,8 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
       mv[j] = has_mask && ok[j] ? ld(mask, mbase + t * mask.st[3]) : 0.0f;
     }
     if (nxt < nlist) {
-      mq_stage(k, kbase, t_begin + (i64)nxt * DM_KEYS, D, kst + (buf ^ 1) * DM_STAGE_ELEMS);
-      mq_stage(v, vbase, t_begin + (i64)nxt * DM_KEYS, D, vst + (buf ^ 1) * DM_STAGE_ELEMS);
+      mq_stage(k, kbase, t_begin + (i64)nxt * DM_KEYS, D, kst + (buf ^ 1) * DM_STAGE_ELEMS, true);
+      mq_stage(v, vbase, t_begin + (i64)nxt * DM_KEYS, D, vst + (buf ^ 1) * DM_STAGE_ELEMS, true);
       cp_async_wait_n<2>();  // this tile's two groups done, the next tile's two in flight
     } else {
       cp_async_wait_n<0>();
