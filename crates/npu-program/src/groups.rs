@@ -97,6 +97,111 @@ pub fn rope_cache(steps: &[Step]) -> Option<RopeCache<'_>> {
     g.independent().then_some(g)
 }
 
+/// A one-row GEMM whose output row holds a decoder layer's q, k and v side by side, followed
+/// by their [`RopeCache`] group with both cache writes: a backend may rotate and write them in
+/// the GEMM's epilogue. The GEMM's output is still stored, so nothing is assumed about its
+/// readers; what one launch needs is that the group reads the GEMM's output only through
+/// `q`, `k` and `v` (each a dense `[1, heads, 1, d]` slice of the row, together covering it)
+/// and that the group's outputs touch none of the GEMM's operands.
+pub struct GemmRope<'s> {
+    pub gemm: &'s Step,
+    pub rope: RopeCache<'s>,
+    /// First output column of the queries, the keys and the values in the GEMM's row.
+    pub q_col: usize,
+    pub k_col: usize,
+    pub v_col: usize,
+}
+
+impl GemmRope<'_> {
+    /// Steps the group replaces.
+    pub fn len(&self) -> usize {
+        1 + self.rope.len()
+    }
+
+    /// Never empty: a group holds the GEMM and both RoPEs.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// The GEMM + RoPE / KV-cache group starting at `steps[0]`, if the steps there have its shape.
+pub fn gemm_rope_cache(steps: &[Step]) -> Option<GemmRope<'_>> {
+    let gemm = steps.first()?;
+    if !matches!(gemm.kernel, Kernel::Gemm { .. }) {
+        return None;
+    }
+    let rope = rope_cache(&steps[1..])?;
+    let (kw, vw) = (rope.k_write?, rope.v_write?);
+    let out = &gemm.outputs[0];
+    let r = out.shape.len();
+    let n = *out.shape.last()?;
+    if r < 2 || out.shape[..r - 1].iter().any(|&d| d != 1) || out.strides[r - 1] != 1 {
+        return None;
+    }
+    let esize = out.dtype.size_bytes() as u64;
+    // The column where a dense [1, heads, 1, d] slice of the output row starts.
+    let col = |x: &Binding| -> Option<usize> {
+        // strides of size-1 dims are whatever the layout left there
+        let dense = x.shape.len() == 4
+            && x.shape[0] == 1
+            && x.shape[2] == 1
+            && x.shape[1..]
+                .iter()
+                .zip(&x.strides[1..])
+                .zip(crate::program::dense_strides(&x.shape)[1..].iter())
+                .all(|((&d, &st), &want)| d == 1 || st == want);
+        let inside = x.slot == out.slot
+            && x.byte_offset >= out.byte_offset
+            && x.end_byte() <= out.end_byte();
+        (dense && inside && x.dtype == out.dtype)
+            .then(|| ((x.byte_offset - out.byte_offset) / esize) as usize)
+            .filter(|c| (*c as u64) * esize == x.byte_offset - out.byte_offset)
+    };
+    let (q, k, v) = (&rope.q.inputs[0], &rope.k.inputs[0], &vw.inputs[1]);
+    let (q_col, k_col, v_col) = (col(q)?, col(k)?, col(v)?);
+    let d = q.shape[3];
+    let halves_of_4 = d == k.shape[3] && d % 8 == 0;
+    if !halves_of_4 || q.numel() + k.numel() + v.numel() != n {
+        return None;
+    }
+    // The three slices cover the row once.
+    let mut spans = [(q_col, q.numel()), (k_col, k.numel()), (v_col, v.numel())];
+    spans.sort();
+    if spans[0].0 != 0
+        || spans[0].0 + spans[0].1 != spans[1].0
+        || spans[1].0 + spans[1].1 != spans[2].0
+    {
+        return None;
+    }
+    // The group's other reads (tables, indices) and every output apart from the GEMM's
+    // operands and row.
+    let outs = [
+        &rope.q.outputs[0],
+        &rope.k.outputs[0],
+        &kw.outputs[0],
+        &vw.outputs[0],
+    ];
+    let others = [
+        &rope.q.inputs[1],
+        &rope.q.inputs[2],
+        &rope.k.inputs[1],
+        &rope.k.inputs[2],
+    ];
+    let others = others.into_iter().chain([&kw.inputs[0], &vw.inputs[0]]);
+    let gemm_side: Vec<&Binding> = gemm.inputs.iter().chain([out]).collect();
+    let apart = outs
+        .iter()
+        .all(|o| gemm_side.iter().all(|g| !may_overlap(o, g)));
+    let clean_reads = others.into_iter().all(|x| !may_overlap(x, out));
+    (apart && clean_reads).then_some(GemmRope {
+        gemm,
+        rope,
+        q_col,
+        k_col,
+        v_col,
+    })
+}
+
 /// The dim an index_copy step writes along (0 for other kernels).
 pub fn index_copy_axis(s: &Step) -> usize {
     match s.kernel {
@@ -127,6 +232,30 @@ pub mod fixtures {
             outputs,
             origin: String::new(),
         }
+    }
+
+    /// The q/k/v GEMM (normalized, with bias) and the four steps of [`decoder_layer`].
+    pub fn qkv_decoder_layer() -> Vec<Step> {
+        let a = |off, shape: &[usize]| b(Slot::Arena, off, shape, DType::BF16);
+        let w = |i, shape: &[usize]| b(Slot::Weight(i), 0, shape, DType::BF16);
+        let mut steps = vec![step(
+            Kernel::Gemm {
+                alpha: 1.0,
+                beta: 1.0,
+                act: None,
+                residual: false,
+                norm: Some(1e-6),
+            },
+            vec![
+                a(4096, &[1, 1536]),
+                w(0, &[1536, 2048]),
+                w(1, &[1, 2048]),
+                w(2, &[1536]),
+            ],
+            vec![a(0, &[1, 2048])],
+        )];
+        steps.extend(decoder_layer());
+        steps
     }
 
     /// A decoder layer's four steps as the compiler emits them (Qwen2.5 decode, bf16).
@@ -169,6 +298,48 @@ mod tests {
         let g = rope_cache(&steps).expect("a group");
         assert_eq!(g.len(), 4);
         assert!(rope_cache(&steps[1..]).is_none(), "one RoPE is no group");
+    }
+
+    #[test]
+    fn the_qkv_gemm_and_its_rope_cache_group_are_one() {
+        let steps = super::fixtures::qkv_decoder_layer();
+        let g = gemm_rope_cache(&steps).expect("a group");
+        assert_eq!((g.len(), g.q_col, g.k_col, g.v_col), (5, 0, 1536, 1792));
+        // the compiler's layouts: size-1 dims keep the strides of the transposes before them
+        let mut steps = super::fixtures::qkv_decoder_layer();
+        steps[1].inputs[0].strides = vec![1536, 128, 1536, 1];
+        steps[2].inputs[0].strides = vec![256, 128, 256, 1];
+        assert!(gemm_rope_cache(&steps).is_some());
+        // heads not hd apart
+        steps[2].inputs[0].strides = vec![256, 64, 256, 1];
+        assert!(gemm_rope_cache(&steps).is_none());
+        assert!(gemm_rope_cache(&steps[1..]).is_none(), "no GEMM");
+        // The GEMM's row wider than q, k and v: something else reads the rest.
+        let mut steps = super::fixtures::qkv_decoder_layer();
+        steps[0].outputs[0].shape[1] = 2056;
+        assert!(gemm_rope_cache(&steps).is_none());
+        // The queries' RoPE writes over the GEMM's input.
+        let mut steps = super::fixtures::qkv_decoder_layer();
+        steps[1].outputs[0].byte_offset = 4096;
+        assert!(gemm_rope_cache(&steps).is_none());
+        // The values come from elsewhere.
+        let mut steps = super::fixtures::qkv_decoder_layer();
+        steps[4].inputs[1].byte_offset = 20480;
+        assert!(gemm_rope_cache(&steps).is_none());
+        // An index read from the GEMM's row.
+        let mut steps = super::fixtures::qkv_decoder_layer();
+        steps[3].inputs[0] = b_arena_i64(0);
+        assert!(gemm_rope_cache(&steps).is_none());
+    }
+
+    fn b_arena_i64(off: u64) -> Binding {
+        Binding {
+            slot: Slot::Arena,
+            byte_offset: off,
+            shape: vec![1],
+            strides: vec![1],
+            dtype: npu_ir::DType::I64,
+        }
     }
 
     #[test]

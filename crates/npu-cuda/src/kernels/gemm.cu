@@ -266,28 +266,101 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                           float beta, int act, TD out, TD nw, int has_norm,
-                                                           float eps) {
-  prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+// k_gemv16 whose row holds a decoder layer's q, k and v (npu_program::groups::gemm_rope_cache,
+// plan/gemv_rope.rs): besides storing the row, it runs the RoPE / KV-cache group after it
+// (k_rope_cache's parts) in its epilogue, so that group needs no launch of its own. Columns
+// are taken in units: for q and k, a unit is four columns of a head's first half (warps 0-3)
+// and their rotation partners hd / 2 further on (warps 4-7), which meet through shared
+// memory; for v, eight consecutive columns as in k_gemv16, each also copied into the value
+// cache. The queries' rotation goes to out0, the keys' to out1 and the key cache; the values
+// to the value cache. Values are rounded to the row's dtype first, as the group reads them
+// back from memory. An index out of range reports step1 (keys) or step2 (values).
+#define GV_ROPE_PARAMS_T(T)                                                                                      \
+  int q_col, int k_col, int v_col, int hd, int nqh, int nkh, T c0, T s0, T out0, T c1, T s1, T out1, T idx1,       \
+      T dest1, int axis1, T idx2, T src2, T dest2, int axis2, int *err, int step1, int step2
+#define GV_ROPE_ARGS \
+  q_col, k_col, v_col, hd, nqh, nkh, c0, s0, out0, c1, s1, out1, idx1, dest1, axis1, idx2, src2, dest2, axis2, err, step1, step2
+
+// Which part a unit of k_gemv16_rope belongs to (0 q, 1 k, 2 v) and its first column.
+struct GvUnit {
+  int part;
+  i64 col0;
+};
+__device__ __forceinline__ GvUnit gv_rope_unit(i64 g, int q_col, int k_col, int v_col, int hd, int nqh, int nkh) {
+  const i64 per = hd / 8, uq = nqh * per, uk = nkh * per;
+  if (g < uq) return {0, q_col + (g / per) * hd + (g % per) * 4};
+  if (g < uq + uk) return {1, k_col + ((g - uq) / per) * hd + ((g - uq) % per) * 4};
+  return {2, v_col + (g - uq - uk) * 8};
+}
+// Warp `warp`'s column in unit u.
+__device__ __forceinline__ i64 gv_rope_col(const GvUnit& u, int warp, int hd) {
+  return u.part == 2 ? u.col0 + warp : u.col0 + (warp & 3) + (warp >> 2) * (hd / 2);
+}
+
+// index_copy_at where the index is already loaded: src's `axis` dim has size 1 (the planner
+// checks), so every element goes to index `di` along it.
+__device__ __forceinline__ bool index_copy_at_pos(const TD& src, const TD& dest, int axis, i64 e, i64 di, i64* dof) {
+  i64 lin = e;
+  bool ok = di >= 0 && di < dest.sh[axis];
+  *dof = 0;
+  for (int d = src.rank - 1; d >= 0; --d) {
+    const i64 ix = imod(lin, src.sh[d]);
+    lin = idiv(lin, src.sh[d]);
+    *dof += (d == axis ? di : ix) * dest.st[d];
+  }
+  return ok;
+}
+
+template <bool ROPE>
+__device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
+                                            float beta, int act, const TD& out, const TD& nw, int has_norm,
+                                            float eps, GV_ROPE_PARAMS_T(const TD&)) {
   extern __shared__ uint4 as4[];
+  __shared__ float xs[2][8];  // a rope unit's eight values, double-buffered by unit
   unsigned short* as16 = (unsigned short*)as4;
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
   i64 batch = blockIdx.y;
   i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 groups = (N + 7) / 8;
+  const i64 nrope = ROPE ? (i64)(nqh + nkh) * hd : 0;
+  i64 groups = ROPE ? (nrope / 8) + (N - nrope + 7) / 8 : (N + 7) / 8;
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
   i64 bs = b.st[r - 1];
+  // This warp's column of unit g (N or past for a warp past the end)
+  auto col_of = [&](i64 g) -> i64 {
+    if (!ROPE) return g * 8 + warp;
+    const GvUnit u = gv_rope_unit(g, q_col, k_col, v_col, hd, nqh, nkh);
+    const i64 c = gv_rope_col(u, warp, hd);
+    return u.part == 2 && c >= v_col + (N - nrope) ? N : c;
+  };
   // a warp past N streams row N - 1 (in bounds) and stores nothing
-  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
+  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(col_of(g), N - 1) * bs); };
   int nv = (int)(K / 8);
   i64 g = blockIdx.x;
   const uint4* row = row_of(g);
   uint4 w[GV_U];
   gv_load(w, row, lane, nv);
+  // The rope epilogue's reads, issued ahead so their latency hides under the row's stream:
+  // the cache positions (inputs no kernel of the group writes) and, per unit, the column's
+  // cos and sin.
+  i64 pos1 = 0, pos2 = 0;
+  float cv = 0.0f, sv = 0.0f;
+  auto tables = [&](i64 gg, float* c_out, float* s_out) {
+    const GvUnit u = gv_rope_unit(gg, q_col, k_col, v_col, hd, nqh, nkh);
+    if (u.part == 2 || lane != 0) return;
+    const bool q = u.part == 0;
+    const TD& c = q ? c0 : c1;
+    const TD& sn = q ? s0 : s1;
+    const i64 rel = gv_rope_col(u, warp, hd) - (q ? q_col : k_col), head = rel / hd, d = rel % hd;
+    *c_out = ld(c, offset_lead(c, 3, head) + d * c.st[3]);
+    *s_out = ld(sn, offset_lead(sn, 3, head) + d * sn.st[3]);
+  };
+  if (ROPE) {
+    pos1 = ldi_dt(idx1.ptr, idx1.dt, 0);
+    pos2 = ldi_dt(idx2.ptr, idx2.dt, 0);
+    if (g < groups) tables(g, &cv, &sv);
+  }
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
@@ -316,8 +389,9 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
     }
     __syncthreads();
   }
+  int rope_units = 0;
   for (; g < groups; g += gridDim.x) {
-    i64 n = g * 8 + warp;
+    i64 n = col_of(g);
     float s = 0.0f;
     for (int v0 = lane;;) {
 #pragma unroll
@@ -335,18 +409,72 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
       if (v0 >= nv) break;
       gv_load(w, row, v0, nv);
     }
+    float ncv = cv, nsv = sv;
     if (g + gridDim.x < groups) {
       row = row_of(g + gridDim.x);
       gv_load(w, row, lane, nv);
+      if (ROPE) tables(g + gridDim.x, &ncv, &nsv);
     }
     s = warp_sum(s);
+    float v = 0.0f;
     if (lane == 0 && n < N) {
-      float v = alpha * s;
+      v = alpha * s;
       if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
       if (act >= 0) v = apply_unary(act, v);
       st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
     }
+    if (ROPE) {
+      // the group reads the row back as stored
+      v = round_dt(out.dt, v);
+      const GvUnit u = gv_rope_unit(g, q_col, k_col, v_col, hd, nqh, nkh);
+      if (u.part == 2) {
+        i64 dof;
+        if (lane == 0 && n < N) {
+          if (index_copy_at_pos(src2, dest2, axis2, n - v_col, pos2, &dof)) st_dt(dest2.ptr, dest2.dt, dof, v);
+          else report(err, step2);
+        }
+      } else {
+        // uniform over the block: every warp takes the same units
+        const int buf = rope_units++ & 1;
+        if (lane == 0) xs[buf][warp] = v;
+        __syncthreads();
+        if (lane == 0) {
+          const float lo = xs[buf][warp & 3], hi = xs[buf][(warp & 3) + 4];
+          const bool q = u.part == 0;
+          const TD& o = q ? out0 : out1;
+          const i64 rel = n - (q ? q_col : k_col), head = rel / hd, d = rel % hd;
+          // rope_elem's arithmetic: x * cos + rotate_half(x) * sin
+          const float y = round_dt(o.dt, warp < 4 ? lo * cv + (-hi) * sv : hi * cv + lo * sv);
+          st(o, offset_lead(o, 3, head) + d * o.st[3], y);
+          if (!q) {
+            i64 dof;
+            if (index_copy_at_pos(out1, dest1, axis1, head * hd + d, pos1, &dof)) st_dt(dest1.ptr, dest1.dt, dof, y);
+            else report(err, step1);
+          }
+        }
+      }
+    }
+    cv = ncv;
+    sv = nsv;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  const TD& z = nw;  // unused rope operands
+  gemv16_body<false>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps, 0, 0, 0, 0, 0, 0, z, z, z, z,
+                     z, z, z, z, 0, z, z, z, 0, nullptr, 0, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                                float beta, int act, TD out, TD nw, int has_norm,
+                                                                float eps, GV_ROPE_PARAMS_T(TD)) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<true>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps, GV_ROPE_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

@@ -44,10 +44,11 @@ fn rows16(t: &TdArg) -> bool {
 
 impl Planner<'_> {
     /// The plans of `steps[0]` and `steps[1]` where the second is a normalized GEMM reading
-    /// the first's output, with the first's epilogue and the second's RMSNorm fused where
-    /// their launches allow; None for other steps, or where either fails to plan (the caller
-    /// plans them one at a time, and reports the failure).
-    pub(crate) fn epilogue_norm(&self, steps: &[Step]) -> Option<[StepPlan; 2]> {
+    /// the first's output, with the first's epilogue and the second's RMSNorm fused; only
+    /// `steps[0]`'s plan where their launches do not fuse (the second step may open another
+    /// group, e.g. `gemv_rope`); None for other steps, or where either fails to plan (the
+    /// caller plans them one at a time, and reports the failure).
+    pub(crate) fn epilogue_norm(&self, steps: &[Step]) -> Option<Vec<StepPlan>> {
         if std::env::var("NPU_CUDA_FUSE_NORM").is_ok_and(|v| v == "0") {
             return None;
         }
@@ -70,12 +71,13 @@ impl Planner<'_> {
             ..*self
         };
         let mut p1 = next.plan(s1).ok()?;
-        // planned either way: the caller keeps these plans rather than planning again
-        if let Some(fused) = self.fused(&p0, &p1) {
-            p0.launches.pop();
-            p1.launches[0] = fused;
-        }
-        Some([p0, p1])
+        // the caller keeps these plans rather than planning them again
+        let Some(fused) = self.fused(&p0, &p1) else {
+            return Some(vec![p0]);
+        };
+        p0.launches.pop();
+        p1.launches[0] = fused;
+        Some(vec![p0, p1])
     }
 
     /// The fused launch where step one's plan is a cuBLASLt call into scratch and then
