@@ -278,16 +278,13 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)
 
 // 16 bytes from global `src` to shared `dst` without passing through registers; `fill` false
 // writes zeros instead (src must still be a valid address). Completes at cp_async_wait().
-// `once`: the source is read once per kernel, its lines marked evict-first in L2.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill, bool once = false) {
-  if (once) {
-    asm volatile(
-        "{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;"
-        " cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, pol; }" ::"r"(smem_addr(dst)),
-        "l"(src), "r"(fill ? 16u : 0u));
-  } else {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(fill ? 16u : 0u));
-  }
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(fill ? 16u : 0u));
+}
+// cp_async16 with an L2 eviction policy (l2_evict_first, ...) for the lines it reads.
+__device__ __forceinline__ void cp_async16_hint(void* dst, const void* src, bool fill, u64 pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(fill ? 16u : 0u), "l"(pol));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 
@@ -301,13 +298,19 @@ __device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, u
   const unsigned short* src = (const unsigned short*)t.ptr;
   bool vec = t.st[3] == 1 && (t.st[2] % 8) == 0 && (base % 8) == 0 && (t.ptr % 16) == 0;
   int per = D / 8;
+  const u64 pol = once ? l2_evict_first() : 0;
   for (int idx = threadIdx.x; idx < MQ_KEYS * per; idx += blockDim.x) {
     int row = idx / per, c = (idx % per) * 8;
     i64 tt = t0 + row;
     unsigned short* d = dst + row * (MQ_MAXD + 8) + c;
     if (vec) {
       // rows past T: a 0-byte source fills the 16 bytes with zeros
-      cp_async16(d, src + base + min(tt, T - 1) * t.st[2] + c, tt < T, once);
+      const unsigned short* from = src + base + min(tt, T - 1) * t.st[2] + c;
+      if (once) {
+        cp_async16_hint(d, from, tt < T, pol);
+      } else {
+        cp_async16(d, from, tt < T);
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) d[i] = tt < T ? src[base + tt * t.st[2] + (c + i) * t.st[3]] : 0;

@@ -47,13 +47,25 @@ __device__ __forceinline__ void pdl_enter() {
 // of 16 (a no-op below sm_90 or for 0 bytes). The lines are marked evict-last: the streams
 // that run meanwhile are marked evict-first (gv_load, the decode K/V stages), so they pass
 // through L2 without pushing out what the next kernel is about to read.
+// L2 eviction policies (sm_80 and later) for the `.L2::cache_hint` forms of copies and
+// prefetches: every line the instruction brings in gets that priority. Made once per caller,
+// not per instruction.
+__device__ __forceinline__ u64 l2_evict_first() {
+  u64 pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ u64 l2_evict_last() {
+  u64 pol;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
 __device__ __forceinline__ void prefetch_l2(const void* p, u64 bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (bytes > 0 && (((u64)p) & 15) == 0 && (bytes & 15) == 0)
-    asm volatile(
-        "{ .reg .b64 pol; createpolicy.fractional.L2::evict_last.b64 pol, 1.0;"
-        " cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, pol; }" ::"l"(p),
-        "r"((unsigned)bytes));
+    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(p),
+                 "r"((unsigned)bytes), "l"(l2_evict_last()));
 #endif
 }
 
