@@ -705,7 +705,7 @@ __device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len
   i64 t0 = blockIdx.x * split_len, t1 = min(t.sh[2], t0 + split_len);
   if (t1 <= t0) return;
   const unsigned short* p = (const unsigned short*)t.ptr + b * t.st[0] + kh * t.st[1] + t0 * t.st[2];
-  prefetch_l2(p, min((u64)((t1 - t0) * t.st[2] * 2), (u64)65536));
+  prefetch_l2_normal(p, min((u64)((t1 - t0) * t.st[2] * 2), (u64)65536));
 }
 
 extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, TD mask, int has_mask, float scale,
