@@ -8,7 +8,7 @@ mod common;
 
 use common::{assert_near_cpu, bind, device_or_skip, inputs, io, run, values};
 use npu_ir::DType;
-use npu_program::program::{dense_strides, Kernel, Program, Slot, Step};
+use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
 
 /// h = round(x @ w0^T) + r, y = rms_norm(h) @ w1^T, as a prefill layer's down projection and
 /// the next layer's QKV projection (weights stored [N, K], read transposed), in `dt`.
@@ -204,4 +204,156 @@ fn attention_layers_share_tile_flags_until_the_mask_changes() {
     assert_near_cpu("attention layers", &p, &ins, &g);
     // the two masks give different layers
     assert_ne!(g[1], g[2]);
+}
+
+/// The RoPE / cache group (copies of the caches in the arena, `rope(q)`, `rope(k)`, both
+/// `index_copy`s at `pos`) and then decode attention over the written caches with a mask
+/// admitting slots 0..=pos: the attention launch reads its mask and first K/V tile before its
+/// programmatic wait and the written row after it.
+fn rope_attention_program(dt: DType, t: usize) -> Program {
+    let (h, kvh, d) = (12, 2, 128);
+    let (q, kv, table, cache, mask) = (
+        [1, h, 1, d],
+        [1, kvh, 1, d],
+        [1, 1, 1, d],
+        [1, kvh, t, d],
+        [1, 1, 1, t],
+    );
+    let dense = |slot, off: usize, shape: &[usize]| {
+        bind(slot, off as u64, shape, &dense_strides(shape), dt)
+    };
+    let bytes = |shape: &[usize]| shape.iter().product::<usize>() * dt.size_bytes();
+    let (kc, vc) = (0, bytes(&cache));
+    let (qo, ko) = (2 * bytes(&cache), 2 * bytes(&cache) + bytes(&q));
+    let arena = ko + bytes(&kv);
+    let step = |kernel, inputs: Vec<Binding>, outputs: Vec<Binding>| Step {
+        kernel,
+        inputs,
+        outputs,
+        origin: "fusion test".into(),
+    };
+    let copy = |from: Binding, to: Binding| step(Kernel::Copy, vec![from], vec![to]);
+    let pos = bind(Slot::Input(5), 0, &[1], &[1], DType::I64);
+    let tables = |x: &[usize]| {
+        let t = |slot| bind(slot, 0, x, &[d, 0, d, 1], dt);
+        [t(Slot::Input(3)), t(Slot::Input(4))]
+    };
+    let ([qcos, qsin], [kcos, ksin]) = (tables(&q), tables(&kv));
+    let index_copy = Kernel::IndexCopy { axis: 2 };
+    Program {
+        model_name: "rope + cache writes + decode attention".into(),
+        target: "gpu".into(),
+        compute_dtype: dt,
+        inputs: vec![
+            io("q", &q, dt),
+            io("k", &kv, dt),
+            io("v", &kv, dt),
+            io("cos", &table, dt),
+            io("sin", &table, dt),
+            io("pos", &[1], DType::I64),
+            io("k_cache", &cache, dt),
+            io("v_cache", &cache, dt),
+            io("mask", &mask, dt),
+        ],
+        outputs: vec![io("attn", &q, dt), io("k_cache_out", &cache, dt)],
+        sources: Vec::new(),
+        weights: Vec::new(),
+        constants: Vec::new(),
+        arena_bytes: arena as u64,
+        steps: vec![
+            copy(
+                dense(Slot::Input(6), 0, &cache),
+                dense(Slot::Arena, kc, &cache),
+            ),
+            copy(
+                dense(Slot::Input(7), 0, &cache),
+                dense(Slot::Arena, vc, &cache),
+            ),
+            step(
+                Kernel::Rope,
+                vec![dense(Slot::Input(0), 0, &q), qcos, qsin],
+                vec![dense(Slot::Arena, qo, &q)],
+            ),
+            step(
+                Kernel::Rope,
+                vec![dense(Slot::Input(1), 0, &kv), kcos, ksin],
+                vec![dense(Slot::Arena, ko, &kv)],
+            ),
+            step(
+                index_copy.clone(),
+                vec![pos.clone(), dense(Slot::Arena, ko, &kv)],
+                vec![dense(Slot::Arena, kc, &cache)],
+            ),
+            step(
+                index_copy,
+                vec![pos, dense(Slot::Input(2), 0, &kv)],
+                vec![dense(Slot::Arena, vc, &cache)],
+            ),
+            step(
+                Kernel::Attention {
+                    scale: 1.0 / (d as f32).sqrt(),
+                    causal: false,
+                },
+                vec![
+                    dense(Slot::Arena, qo, &q),
+                    dense(Slot::Arena, kc, &cache),
+                    dense(Slot::Arena, vc, &cache),
+                    bind(Slot::Input(8), 0, &[1, h, 1, t], &[t, 0, t, 1], dt),
+                ],
+                vec![dense(Slot::Output(0), 0, &q)],
+            ),
+            copy(
+                dense(Slot::Arena, kc, &cache),
+                dense(Slot::Output(1), 0, &cache),
+            ),
+        ],
+    }
+}
+
+#[test]
+fn decode_attention_reads_early_what_the_cache_group_leaves() {
+    let Some(gpu) = device_or_skip("decode_attention_reads_early_what_the_cache_group_leaves")
+    else {
+        return;
+    };
+    let (h, kvh, d, t) = (12, 2, 128, 256);
+    // the written row first in its tile, inside one, and the last slot
+    for (dt, pos) in [(DType::BF16, 100), (DType::BF16, 0), (DType::F16, 255)] {
+        let what = format!("{dt} pos {pos}");
+        let p = rope_attention_program(dt, t);
+        let angle: Vec<f32> = (0..d)
+            .map(|i| pos as f32 / 10f32.powf((i % (d / 2)) as f32 / 32.0))
+            .collect();
+        let mask: Vec<f32> = (0..t)
+            .map(|i| if i <= pos { 0.0 } else { -65504.0 })
+            .collect();
+        let ins = inputs(
+            &p,
+            [
+                ("q", values(h * d, 1, 2.0)),
+                ("k", values(kvh * d, 2, 2.0)),
+                ("v", values(kvh * d, 3, 2.0)),
+                ("cos", angle.iter().map(|a| a.cos()).collect()),
+                ("sin", angle.iter().map(|a| a.sin()).collect()),
+                ("pos", vec![pos as f32]),
+                ("k_cache", values(kvh * t * d, 4, 2.0)),
+                ("v_cache", values(kvh * t * d, 5, 2.0)),
+                ("mask", mask),
+            ],
+        );
+        std::env::remove_var("NPU_CUDA_ATTN_PRE");
+        let early = run(&gpu, &p, &ins);
+        std::env::set_var("NPU_CUDA_ATTN_PRE", "0");
+        let late = run(&gpu, &p, &ins);
+        std::env::remove_var("NPU_CUDA_ATTN_PRE");
+        for (o, (e, l)) in early.iter().zip(&late).enumerate() {
+            let diff = e
+                .iter()
+                .zip(l)
+                .filter(|(x, y)| x.to_bits() != y.to_bits())
+                .count();
+            assert_eq!(diff, 0, "{what}: output {o} differs in {diff} elements");
+        }
+        assert_near_cpu(&what, &p, &ins, &early);
+    }
 }

@@ -904,7 +904,8 @@ __device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int 
 template <bool BF>
 __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
                                                   int has_mask, float scale, int group, i64 split_len,
-                                                  int nsplit, float* part, unsigned char* dsm) {
+                                                  int nsplit, float* part, unsigned char* dsm, const TD& pos,
+                                                  int pre) {
   unsigned short* kst = (unsigned short*)dsm;  // [2][DM_KEYS][DM_LD]
   unsigned short* vst = kst + 2 * DM_STAGE_ELEMS;  // [2][DM_KEYS][DM_LD]
   unsigned* live = (unsigned*)(vst + 2 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
@@ -948,19 +949,6 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   } else {
     for (int tile = tid; tile < min(ntile, DM_MAXT); tile += blockDim.x) atomicOr(&live[tile >> 5], 1u << (tile & 31));
   }
-  // Q of head g (rows g < group; rows 8..15 and heads past the group are zero) as A fragments
-  unsigned qa[MQ_MAXD / 16][4];
-  const bool qrow = g < group;
-  const i64 qoff = b * q.st[0] + (kh * group + (qrow ? g : 0)) * q.st[1];
-#pragma unroll
-  for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
-    if (kc < nkc) {
-      const int d = kc * 16 + tq * 2;
-      qa[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
-      qa[kc][2] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
-      qa[kc][1] = qa[kc][3] = 0u;
-    }
-  }
   float acc[MQ_MAXD / 8][4];
 #pragma unroll
   for (int dn = 0; dn < MQ_MAXD / 8; ++dn) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
@@ -973,6 +961,43 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   if (cur < nlist) {
     mq_stage(k, kbase, t_begin + (i64)cur * DM_KEYS, D, kst, true);
     mq_stage(v, vbase, t_begin + (i64)cur * DM_KEYS, D, vst, true);
+  }
+  // With `pre`, everything above ran before the programmatic wait: the launch before this one
+  // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
+  // q, and row p of the staged tile again.
+  if (pre) {
+    pdl_enter();
+    const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
+    const i64 t0 = t_begin + (i64)cur * DM_KEYS;
+    if (cur < nlist && p >= t0 && p < t0 + DM_KEYS && p < T && (D % 8) == 0) {
+      cp_async_wait_n<0>();
+      __syncthreads();
+      const int per = D / 8, r = (int)(p - t0);
+      for (int idx = tid; idx < 2 * per; idx += blockDim.x) {
+        const bool isv = idx >= per;
+        const TD& t = isv ? v : k;
+        const i64 base = isv ? vbase : kbase;
+        const int c = (idx % per) * 8;
+        unsigned short* dst = (isv ? vst : kst) + r * DM_LD + c;
+        const unsigned short* src = (const unsigned short*)t.ptr + base + p * t.st[2] + c * t.st[3];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dst[i] = src[i * t.st[3]];
+      }
+      __syncthreads();
+    }
+  }
+  // Q of head g (rows g < group; rows 8..15 and heads past the group are zero) as A fragments
+  unsigned qa[MQ_MAXD / 16][4];
+  const bool qrow = g < group;
+  const i64 qoff = b * q.st[0] + (kh * group + (qrow ? g : 0)) * q.st[1];
+#pragma unroll
+  for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
+    if (kc < nkc) {
+      const int d = kc * 16 + tq * 2;
+      qa[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
+      qa[kc][2] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
+      qa[kc][1] = qa[kc][3] = 0u;
+    }
   }
   for (int it = 0; cur < nlist; ++it) {
     const int buf = it & 1;
@@ -1094,16 +1119,16 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
 
 extern "C" __global__ void __launch_bounds__(128) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
                                                                  float scale, int group, i64 split_len,
-                                                                 int nsplit, float* part) {
+                                                                 int nsplit, float* part, TD pos, int pre) {
   prefetch_l2_attn_rows(k, split_len);
   prefetch_l2_attn_rows(v, split_len);
-  pdl_enter();
+  if (!pre) pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char dm_smem[];
   if (q.dt == DT_BF16) {
-    attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem);
+    attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
   } else {
-    attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem);
+    attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
   }
 #endif
 }

@@ -212,6 +212,7 @@ impl Planner<'_> {
         let nsplit = t.div_ceil(split_len).max(1);
         let part_bytes = align((b * h * nsplit * (d + 2) * 4) as u64);
         let mask = ins.get(3).map_or(TdArg::null(), TdArg::of);
+        let pre = self.cache_written_before(ins);
         let launches = vec![
             kl(
                 self.f("k_attn_dec_mma"),
@@ -229,6 +230,8 @@ impl Planner<'_> {
                     Arg::I64(split_len as i64),
                     Arg::I32(nsplit as i32),
                     Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
+                    Arg::Td(pre.map_or(TdArg::null(), TdArg::of)),
+                    Arg::I32(i32::from(pre.is_some())),
                 ],
             ),
             self.combine(b * h, nsplit, out),
@@ -237,6 +240,47 @@ impl Planner<'_> {
             launches,
             scratch: part_bytes,
         })
+    }
+
+    /// The cache position index where the launch just before this step is the RoPE / cache
+    /// group writing one position of this step's K and V (`npu_program::groups::rope_cache`,
+    /// both writes from one index) and nothing this step reads before its programmatic wait
+    /// (the mask, the caches' other rows): `k_attn_dec_mma` then reads the mask and stages
+    /// its first K/V tile before the wait and re-reads only that position's row after it.
+    /// None otherwise, or with `NPU_CUDA_ATTN_PRE=0`.
+    fn cache_written_before(&self, ins: &[Binding]) -> Option<&Binding> {
+        if std::env::var("NPU_CUDA_ATTN_PRE").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        let steps = &self.program.steps;
+        // the group's first step: it has two to four steps and ends right before this one
+        let g = (2..=4).filter_map(|n| {
+            let j = self.step.checked_sub(n)?;
+            npu_program::groups::rope_cache(&steps[j..self.step]).filter(|g| g.len() == n)
+        });
+        let g = g.into_iter().next()?;
+        let (kw, vw) = (g.k_write?, g.v_write?);
+        let one = |st: &npu_program::program::Step| {
+            st.inputs[1]
+                .shape
+                .get(npu_program::groups::index_copy_axis(st))
+                == Some(&1)
+                && npu_program::groups::index_copy_axis(st) == 2
+        };
+        let same =
+            kw.outputs[0] == ins[1] && vw.outputs[0] == ins[2] && kw.inputs[0] == vw.inputs[0];
+        let outs = [
+            &g.q.outputs[0],
+            &g.k.outputs[0],
+            &kw.outputs[0],
+            &vw.outputs[0],
+        ];
+        let mask_apart = ins.get(3).is_none_or(|m| {
+            outs.iter().all(|o| {
+                o.slot != m.slot || o.end_byte() <= m.byte_offset || m.end_byte() <= o.byte_offset
+            })
+        });
+        (same && one(kw) && one(vw) && mask_apart).then_some(&kw.inputs[0])
     }
 
     /// Prefill attention on tensor cores (`k_attn_mma`, kernels/attention.cu), with the mask's
