@@ -120,6 +120,8 @@ extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
   T x0, T c0, T s0, T out0, i64 n0, T x1, T c1, T s1, T out1, i64 n1, int scatter1, T idx1, T dest1, int axis1, \
       T idx2, T src2, T dest2, int axis2, i64 n2, int *err, int step1, int step2
 #define ROPE_CACHE_PARAMS ROPE_CACHE_PARAMS_T(TD)
+// The kernels also take the L2 lookahead's two weight ranges (prefetch_l2_ahead): the group
+// runs between the q/k/v GEMV and the attention, while DRAM is mostly idle.
 #define ROPE_CACHE_ARGS \
   x0, c0, s0, out0, n0, x1, c1, s1, out1, n1, scatter1, idx1, dest1, axis1, idx2, src2, dest2, axis2, n2, err, step1, step2
 
@@ -196,9 +198,21 @@ __device__ __forceinline__ void rope_cache8_body(ROPE_CACHE_PARAMS_T(const TD&))
     }
   }
 }
-extern "C" __global__ void k_rope_cache8(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<-1>(ROPE_CACHE_ARGS); }
-extern "C" __global__ void k_rope_cache8_bf16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<DT_BF16>(ROPE_CACHE_ARGS); }
-extern "C" __global__ void k_rope_cache8_f16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<DT_F16>(ROPE_CACHE_ARGS); }
+extern "C" __global__ void k_rope_cache8(ROPE_CACHE_PARAMS, LOOKAHEAD_PARAMS) {
+  prefetch_l2_ahead(LOOKAHEAD_ARGS);
+  pdl_enter();
+  rope_cache8_body<-1>(ROPE_CACHE_ARGS);
+}
+extern "C" __global__ void k_rope_cache8_bf16(ROPE_CACHE_PARAMS, LOOKAHEAD_PARAMS) {
+  prefetch_l2_ahead(LOOKAHEAD_ARGS);
+  pdl_enter();
+  rope_cache8_body<DT_BF16>(ROPE_CACHE_ARGS);
+}
+extern "C" __global__ void k_rope_cache8_f16(ROPE_CACHE_PARAMS, LOOKAHEAD_PARAMS) {
+  prefetch_l2_ahead(LOOKAHEAD_ARGS);
+  pdl_enter();
+  rope_cache8_body<DT_F16>(ROPE_CACHE_ARGS);
+}
 
 template <int DT>
 __device__ __forceinline__ void rope_cache_body(ROPE_CACHE_PARAMS_T(const TD&)) {
@@ -217,9 +231,21 @@ __device__ __forceinline__ void rope_cache_body(ROPE_CACHE_PARAMS_T(const TD&)) 
     }
   }
 }
-extern "C" __global__ void k_rope_cache(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache_body<-1>(ROPE_CACHE_ARGS); }
-extern "C" __global__ void k_rope_cache_bf16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache_body<DT_BF16>(ROPE_CACHE_ARGS); }
-extern "C" __global__ void k_rope_cache_f16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache_body<DT_F16>(ROPE_CACHE_ARGS); }
+extern "C" __global__ void k_rope_cache(ROPE_CACHE_PARAMS, LOOKAHEAD_PARAMS) {
+  prefetch_l2_ahead(LOOKAHEAD_ARGS);
+  pdl_enter();
+  rope_cache_body<-1>(ROPE_CACHE_ARGS);
+}
+extern "C" __global__ void k_rope_cache_bf16(ROPE_CACHE_PARAMS, LOOKAHEAD_PARAMS) {
+  prefetch_l2_ahead(LOOKAHEAD_ARGS);
+  pdl_enter();
+  rope_cache_body<DT_BF16>(ROPE_CACHE_ARGS);
+}
+extern "C" __global__ void k_rope_cache_f16(ROPE_CACHE_PARAMS, LOOKAHEAD_PARAMS) {
+  prefetch_l2_ahead(LOOKAHEAD_ARGS);
+  pdl_enter();
+  rope_cache_body<DT_F16>(ROPE_CACHE_ARGS);
+}
 
 // One block per row of the last dim.
 extern "C" __global__ void k_softmax(TD x, TD mask, int has_mask, float scale, TD out) {

@@ -69,6 +69,27 @@ __device__ __forceinline__ void prefetch_l2(const void* p, u64 bytes) {
 #endif
 }
 
+// L2 lookahead: a launch on the dependent, latency-bound path (the RoPE / cache group between
+// the q/k/v GEMV and the attention) fetches the first bytes of the weights the GEMMs after it
+// will stream, while DRAM would otherwise idle. Two ranges (16-byte aligned starts, lengths
+// multiples of 16; the planner rounds them), 64 KB pieces spread over every warp of the grid.
+// Fire and forget: the launch does not wait for the lines. Weights are never written, so this
+// may run before pdl_enter().
+#define LOOKAHEAD_PARAMS const unsigned char *la0, u64 la0_n, const unsigned char *la1, u64 la1_n
+#define LOOKAHEAD_ARGS la0, la0_n, la1, la1_n
+#define LOOKAHEAD_PIECE 65536ull
+__device__ __forceinline__ void prefetch_l2_ahead(LOOKAHEAD_PARAMS) {
+  if ((threadIdx.x & 31) != 0) return;
+  const u64 warps = (u64)gridDim.x * (blockDim.x >> 5);
+  const u64 c0 = (la0_n + LOOKAHEAD_PIECE - 1) / LOOKAHEAD_PIECE;
+  const u64 c1 = (la1_n + LOOKAHEAD_PIECE - 1) / LOOKAHEAD_PIECE;
+  for (u64 c = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); c < c0 + c1; c += warps) {
+    const bool first = c < c0;
+    const u64 i = (first ? c : c - c0) * LOOKAHEAD_PIECE, n = first ? la0_n : la1_n;
+    prefetch_l2((first ? la0 : la1) + i, min(LOOKAHEAD_PIECE, n - i));
+  }
+}
+
 __device__ __forceinline__ float bf16_to_f32(unsigned short b) {
   return __uint_as_float(((unsigned int)b) << 16);
 }

@@ -13,6 +13,7 @@ mod conv_dnn;
 mod epilogue_norm;
 mod gather;
 mod gemm;
+mod lookahead;
 mod persist;
 mod pointwise;
 mod pool;

@@ -83,6 +83,7 @@ impl Planner<'_> {
             Arg::I32(k_step as i32),
             Arg::I32(v_step as i32),
         ]);
+        args.extend(self.lookahead(self.step + g.len()));
         // A decode step's 2,048 elements are faster one per thread (its 144 vector items left
         // most of the GPU idle: 11.0 -> 14.3 us a step on the H100); a 128-token prefill's
         // 262,144 in vector items (16.3 -> 13.6 us).
