@@ -39,6 +39,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_im2col",
     "k_gemv",
     "k_gemv16",
+    "k_gemv_bulk",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -98,6 +99,7 @@ pub(crate) fn library_source() -> String {
         crate::elementwise::common_source().as_str(),
         include_str!("kernels/basic.cu"),
         include_str!("kernels/gemm.cu"),
+        include_str!("kernels/gemv_bulk.cu"),
         include_str!("kernels/attention.cu"),
         include_str!("kernels/conv.cu"),
     ]
@@ -134,6 +136,9 @@ pub struct Device {
     /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
     /// unless `NPU_CUDA_DEC_MMA=0` (then `k_attn_dec`, for comparisons).
     pub(crate) dec_mma: bool,
+    /// Weight-streaming GEMVs take `k_gemv_bulk` (copy-engine stages; compute capability 9.0
+    /// and later), unless `NPU_CUDA_GEMV_BULK=0` (then `k_gemv16`, for comparisons).
+    pub(crate) gemv_bulk: bool,
     /// Kernels in `DTYPE_INSTANCES` take their per-dtype instance where the operands allow,
     /// unless `NPU_CUDA_DTYPE_KERNELS=0` (then the generic one, for comparisons).
     pub(crate) dtype_kernels: bool,
@@ -240,6 +245,8 @@ impl Device {
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
+            gemv_bulk: arch.0 >= 9
+                && std::env::var("NPU_CUDA_GEMV_BULK").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
             cudnn: CudnnUse::from_env(),
             lt_algos: Mutex::new(HashMap::new()),
@@ -254,7 +261,13 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
+        let big_smem = [
+            "k_attn",
+            "k_attn_dec_mma",
+            "k_gemv",
+            "k_gemv16",
+            "k_gemv_bulk",
+        ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()
@@ -394,6 +407,14 @@ impl Device {
     }
 
     /// Whether `func` is the kernel `name` in any of its dtype instances.
+    /// The library name of `func`; None for a generated (pointwise) kernel.
+    pub(crate) fn func_name(&self, func: Func) -> Option<&'static str> {
+        self.library
+            .iter()
+            .find(|(_, f)| f.0 == func.0)
+            .map(|(n, _)| *n)
+    }
+
     pub(crate) fn is_func(&self, func: Func, name: &str) -> bool {
         let same = |n: &str| self.func(n).0 == func.0;
         match DTYPE_INSTANCES.iter().find(|i| i[0] == name) {
@@ -521,7 +542,7 @@ mod tests {
     use super::*;
 
     /// Names of the `__global__` functions in `src` whose body does not begin with
-    /// `pdl_enter();`, after nothing but L2 prefetches.
+    /// `pdl_enter();`, after nothing but L2 prefetches and weight copies.
     fn kernels_without_pdl_enter(src: &str) -> Vec<String> {
         let mut missing = Vec::new();
         let mut rest = src;
@@ -534,9 +555,10 @@ mod tests {
                 .next()
                 .and_then(|h| h.split_whitespace().last())
                 .unwrap_or("?");
-            // L2 prefetch statements may come first (kernels/common.cuh, prefetch_l2)
+            // L2 prefetches and copies of weights (which no kernel writes) may come first
+            // (kernels/common.cuh, prefetch_l2; kernels/gemv_bulk.cu, stream_weights_begin)
             let mut body = rest[open + 1..].trim_start();
-            while body.starts_with("prefetch_l2") {
+            while body.starts_with("prefetch_l2") || body.starts_with("stream_weights_begin(") {
                 body = body.split_once(';').map_or("", |(_, b)| b).trim_start();
             }
             // k_attn_dec_mma waits later where the planner proved its early reads safe

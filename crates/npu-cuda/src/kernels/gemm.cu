@@ -266,28 +266,12 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                           float beta, int act, TD out, TD nw, int has_norm,
-                                                           float eps) {
-  prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
-  extern __shared__ uint4 as4[];
+// The GEMV kernels' staging of their one 16-bit row of a (rank r, K elements at offset ao) into
+// shared memory `as4` (K / 8 uint4), RMS-normalized first with `has_norm` as k_rms_norm
+// computes it. Ends with the block synchronized.
+__device__ __forceinline__ void gv_stage_a(const TD& a, int r, i64 ao, i64 K, uint4* as4, const TD& nw,
+                                           int has_norm, float eps) {
   unsigned short* as16 = (unsigned short*)as4;
-  int r = out.rank;
-  i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 batch = blockIdx.y;
-  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 groups = (N + 7) / 8;
-  const unsigned short* bp = (const unsigned short*)b.ptr + bo;
-  i64 bs = b.st[r - 1];
-  // a warp past N streams row N - 1 (in bounds) and stores nothing
-  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
-  int nv = (int)(K / 8);
-  i64 g = blockIdx.x;
-  const uint4* row = row_of(g);
-  uint4 w[GV_U];
-  gv_load(w, row, lane, nv);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
@@ -316,6 +300,30 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
     }
     __syncthreads();
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  extern __shared__ uint4 as4[];
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 batch = blockIdx.y;
+  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  i64 groups = (N + 7) / 8;
+  const unsigned short* bp = (const unsigned short*)b.ptr + bo;
+  i64 bs = b.st[r - 1];
+  // a warp past N streams row N - 1 (in bounds) and stores nothing
+  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
+  int nv = (int)(K / 8);
+  i64 g = blockIdx.x;
+  const uint4* row = row_of(g);
+  uint4 w[GV_U];
+  gv_load(w, row, lane, nv);
+  gv_stage_a(a, r, ao, K, as4, nw, has_norm, eps);
   for (; g < groups; g += gridDim.x) {
     i64 n = g * 8 + warp;
     float s = 0.0f;

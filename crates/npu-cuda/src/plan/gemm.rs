@@ -13,6 +13,27 @@ use npu_program::program::Binding;
 /// bounding it to 5 or 6 blocks spills).
 const GEMV16_BLOCKS_PER_SM: usize = 4;
 
+/// `k_gemv_bulk`'s stage bytes (a multiple of 512: a warp's 32 pieces), stages, and blocks per
+/// SM (two fit the shared memory at Qwen2.5-1.5B's largest K, 8,960), each with 64 KB of
+/// copies in flight; and its barrier header (kernels/gemv_bulk.cu: GB_HEAD, GB_MAX_STAGES).
+/// `NPU_CUDA_GB_CHUNK_KB`, `NPU_CUDA_GB_STAGES`, `NPU_CUDA_GB_BPS` override them, for
+/// measurements.
+const GB_CHUNK: usize = 16384;
+const GB_STAGES: usize = 4;
+const GB_BLOCKS_PER_SM: usize = 2;
+const GB_HEAD: usize = 128;
+const GB_MAX_STAGES: usize = 16;
+
+fn env_or(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The dynamic shared memory the library's kernels opt into (device.rs).
+const SMEM_LIMIT: usize = 160 * 1024;
+
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm(
@@ -131,6 +152,9 @@ impl Planner<'_> {
         } = g;
         let null = TdArg::null();
         if gemv {
+            if let Some(launch) = self.gemv_bulk(&g) {
+                return Ok(vec![launch].into());
+            }
             let (name, smem) = if raw16 {
                 ("k_gemv16", k * 2)
             } else {
@@ -323,6 +347,51 @@ impl Planner<'_> {
                 Arg::Td(out),
             ],
         )
+    }
+}
+
+impl Planner<'_> {
+    /// `k_gemv_bulk` for a 16-bit GEMV (`raw16`) whose b rows are dense (row stride K, so a
+    /// block's rows are one byte range), about `GB_BLOCKS_PER_SM` blocks per SM of whole
+    /// rows each; None where that does not apply, the shared memory does not fit, or the
+    /// device does not take it (`Device::gemv_bulk`).
+    fn gemv_bulk(&self, g: &GemmPaths) -> Option<Launch> {
+        let r = g.bn.td.rank as usize;
+        if !self.dev.gemv_bulk || !g.gemv || !g.raw16 || g.bn.td.st[r - 1] != g.k as i64 {
+            return None;
+        }
+        let chunk = (env_or("NPU_CUDA_GB_CHUNK_KB", GB_CHUNK >> 10) << 10).max(512);
+        let stages = env_or("NPU_CUDA_GB_STAGES", GB_STAGES).clamp(1, GB_MAX_STAGES);
+        let per_sm = env_or("NPU_CUDA_GB_BPS", GB_BLOCKS_PER_SM).max(1);
+        let rows = g.n.div_ceil(per_sm * self.dev.sms.max(1) as usize);
+        let blocks = g.n.div_ceil(rows);
+        let smem = GB_HEAD + stages * chunk + g.k * 2 + (rows * 4).next_multiple_of(16);
+        if smem > SMEM_LIMIT {
+            return None;
+        }
+        let (nw, has_norm, eps) = g.norm;
+        Some(kl(
+            self.f("k_gemv_bulk"),
+            (blocks as u32, g.batches.max(1) as u32, 1),
+            256,
+            smem as u32,
+            vec![
+                Arg::Td(g.an),
+                Arg::Td(g.bn),
+                Arg::Td(g.biasn.unwrap_or(TdArg::null())),
+                Arg::I32(g.bias_mode),
+                Arg::F32(g.alpha),
+                Arg::F32(g.beta),
+                Arg::I32(g.act),
+                Arg::Td(g.o),
+                Arg::Td(nw),
+                Arg::I32(has_norm),
+                Arg::F32(eps),
+                Arg::I32(rows as i32),
+                Arg::I32(chunk as i32),
+                Arg::I32(stages as i32),
+            ],
+        ))
     }
 }
 
