@@ -82,12 +82,12 @@ __device__ __forceinline__ void stream_weights_begin(const TD& b, const TD& out,
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_gemv_bulk(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                              float beta, int act, TD out, TD nw, int has_norm,
-                                                              float eps, int rows, int chunk, int stages) {
-  stream_weights_begin(b, out, rows, chunk, stages);
-  pdl_enter();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The kernel's body after the wait, for b (and a) of 16-bit dtype DT: the unpacking of every
+// piece compiles without a dtype branch.
+template <int DT>
+__device__ __forceinline__ void gemv_bulk_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
+                                               float beta, int act, const TD& out, const TD& nw, int has_norm,
+                                               float eps, int rows, int chunk, int stages) {
   extern __shared__ __align__(128) unsigned char gb_smem[];
   unsigned long long* bar = (unsigned long long*)gb_smem;
   const int r = out.rank;
@@ -107,15 +107,17 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv_bulk(TD a, TD b, TD bia
     gb_wait(bar + s, (unsigned)(c / stages) & 1u);
     const uint4* st4 = (const uint4*)(gb_smem + GB_HEAD + s * chunk);
     const int pieces = (int)(min((u64)chunk, g.bytes - (u64)c * chunk) / 16);
-    const i64 p0 = (i64)c * (chunk / 16);  // the stage's first piece within the block's range
+    // this thread's first piece of the stage, as (row, col) within the block's range (fewer
+    // than 2^31 pieces: rows * K * 2 bytes fit the shared row sums); later ones step by
+    // blockDim.x without a division
+    const int p = c * (chunk / 16) + (int)threadIdx.x;
+    int row = p / nv, col = p - row * nv;
     float acc = 0.0f;
     int cur = -1;
     for (int i = threadIdx.x; i < pieces; i += blockDim.x) {
-      const i64 p = p0 + i;
-      const int row = (int)(p / nv), col = (int)(p - (i64)row * nv);
       float wf[8], xf[8];
-      unpack8(st4[i], b.dt, wf);
-      unpack8(as4[col], b.dt, xf);
+      unpack8(st4[i], DT, wf);
+      unpack8(as4[col], DT, xf);
       float d = 0.0f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) d += wf[j] * xf[j];
@@ -132,6 +134,11 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv_bulk(TD a, TD b, TD bia
         acc += d;
       } else {
         atomicAdd(sums + row, d);
+      }
+      col += blockDim.x;
+      while (col >= nv) {
+        col -= nv;
+        ++row;
       }
     }
     if (warp_rows && cur >= 0) {
@@ -153,5 +160,17 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv_bulk(TD a, TD b, TD bia
     if (act >= 0) v = apply_unary(act, v);
     st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv_bulk(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                              float beta, int act, TD out, TD nw, int has_norm,
+                                                              float eps, int rows, int chunk, int stages) {
+  stream_weights_begin(b, out, rows, chunk, stages);
+  pdl_enter();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (b.dt == DT_BF16)
+    gemv_bulk_body<DT_BF16>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps, rows, chunk, stages);
+  else
+    gemv_bulk_body<DT_F16>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps, rows, chunk, stages);
 #endif
 }
