@@ -7,6 +7,6 @@
 #       --variant base=.device,NPU_CUDA_ATTN_PRE=0 --variant new=.device [--rounds 2] [--deadline 470]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD/tools/export PYTHONUNBUFFERED=1
-export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
-exec python3 -m npu_export.gpu_decode_ab "$@"
+export PYTHONUNBUFFERED=1 NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
+# run as a file: the package's __init__ needs the pytorch-ir wheel, this script does not
+exec python3 tools/export/npu_export/gpu_decode_ab.py "$@"
