@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Why a decode step's kernels stream below the copy bandwidth, for the GPU machine (builds
+# nothing; stage with scripts/gpu-check.sh --stage and compile the decode program here):
+# Nsight Compute's throughput, occupancy and warp-stall sections for COUNT consecutive launches
+# of one kernel in a decode step at a cache position, random weights (the GEMVs: q/k/v, o,
+# gate/up, down are one layer's four k_gemv16 launches). ncu serializes the launches (no
+# programmatic overlap) and flushes L2 between them: read the per-kernel limits, not the
+# replayed graph's time.
+#   scripts/gpu-kernel-ncu.sh DECODE.npubin [POSITION] [KERNEL_REGEX] [SKIP] [COUNT]
+# Defaults: position 1000, k_gemv16, skip 100 matching launches (preparation's and the first
+# runs'; decode-at runs at least nine steps: 113 k_gemv16 or 28 k_attn_dec_mma launches each),
+# count 4. Not yet run on a GPU (written in the tenth session of 2026-11-27). Writes
+# $OUT/kernel-ncu.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prog=$1 pos=${2:-1000} kernel=${3:-k_gemv16} skip=${4:-100} count=${5:-4}
+out=${OUT:-/tmp/npu-gpu-out}
+mkdir -p "$out"
+export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+bench=(.device/npu-cuda-bench decode-at --decode "$prog" --weights random --positions "$pos" --repeat 1)
+"$ncu" --kernel-name "regex:^(${kernel})\$" --launch-skip "$skip" --launch-count "$count" \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+    --section WarpStateStats --section LaunchStats "${bench[@]}" >"$out/kernel-ncu.txt" 2>&1 || true
+grep -E "k_[a-z0-9_]+|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Limit|Stall|Warp Cycles Per Issued|Grid Size|Shared Memory Config" \
+    "$out/kernel-ncu.txt" | head -150
