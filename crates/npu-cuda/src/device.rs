@@ -39,6 +39,10 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_im2col",
     "k_gemv",
     "k_gemv16",
+    "k_gemv16_u5",
+    "k_gemv16_u6",
+    "k_gemv16_u7",
+    "k_gemv16_u8",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -254,7 +258,16 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
+        let big_smem = [
+            "k_attn",
+            "k_attn_dec_mma",
+            "k_gemv",
+            "k_gemv16",
+            "k_gemv16_u5",
+            "k_gemv16_u6",
+            "k_gemv16_u7",
+            "k_gemv16_u8",
+        ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()
@@ -391,6 +404,29 @@ impl Device {
     /// `NPU_CUDA_DTYPE_KERNELS=0`).
     pub(crate) fn func_dt(&self, name: &str, dtypes: &[i32]) -> Func {
         self.func(instance_name(name, dtypes, self.dtype_kernels))
+    }
+
+    /// How many blocks of `threads` threads and `smem` bytes of dynamic shared memory an SM
+    /// holds at once for `func` (the driver's occupancy, from its registers and shared
+    /// memory); None where the driver does not answer.
+    pub(crate) fn blocks_per_sm(&self, func: Func, threads: u32, smem: u32) -> Option<usize> {
+        // SAFETY: a function handle of a loaded module; plain query.
+        let n = unsafe {
+            result::occupancy::max_active_block_per_multiprocessor(
+                func.0,
+                threads as i32,
+                smem as usize,
+            )
+        };
+        n.ok().filter(|&n| n > 0).map(|n| n as usize)
+    }
+
+    /// The library name of `func`; None for a generated (pointwise) kernel.
+    pub(crate) fn func_name(&self, func: Func) -> Option<&'static str> {
+        self.library
+            .iter()
+            .find(|(_, f)| f.0 == func.0)
+            .map(|(n, _)| *n)
     }
 
     /// Whether `func` is the kernel `name` in any of its dtype instances.

@@ -236,20 +236,20 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 }
 
 // M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
-// conflict-free), b rows stream through 16-byte loads, GV_U in flight per lane. One warp per
+// conflict-free), b rows stream through 16-byte loads, U in flight per lane. One warp per
 // output column; a block takes groups of 8 columns, gridDim.x apart (the planner launches at
 // most a few blocks per SM, so a wide matrix pays the staging once per block, not once per 8
 // columns). A column's first loads are issued before the previous column's reduction and
 // store, and the first column's before a is staged (b is a weight: no kernel writes it).
 // Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`: the staged row is RMS-normalized
 // first, as k_rms_norm computes it (every block normalizes its own copy).
-#define GV_U 4
 // b is read once per call: its lines are loaded evict-first (ld.global.cs), so streaming a
 // matrix larger than L2 does not evict the activations and the next kernel's L2 prefetch
 // (H100, Qwen2.5-1.5B decode at 1000 of 2048: 2.207 -> 2.074 ms a step).
-__device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int v0, int nv) {
+template <int U>
+__device__ __forceinline__ void gv_load(uint4 (&w)[U], const uint4* row, int v0, int nv) {
 #pragma unroll
-  for (int u = 0; u < GV_U; ++u)
+  for (int u = 0; u < U; ++u)
     if (v0 + 32 * u < nv) w[u] = __ldcs(row + v0 + 32 * u);
 }
 
@@ -266,11 +266,10 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                           float beta, int act, TD out, TD nw, int has_norm,
-                                                           float eps) {
-  prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+template <int U>
+__device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
+                                            float beta, int act, const TD& out, const TD& nw, int has_norm,
+                                            float eps) {
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
   int r = out.rank;
@@ -286,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
   int nv = (int)(K / 8);
   i64 g = blockIdx.x;
   const uint4* row = row_of(g);
-  uint4 w[GV_U];
+  uint4 w[U];
   gv_load(w, row, lane, nv);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
@@ -321,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
     float s = 0.0f;
     for (int v0 = lane;;) {
 #pragma unroll
-      for (int u = 0; u < GV_U; ++u) {
+      for (int u = 0; u < U; ++u) {
         int v = v0 + 32 * u;
         if (v < nv) {
           float wf[8], xf[8];
@@ -331,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
           for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
         }
       }
-      v0 += 32 * GV_U;
+      v0 += 32 * U;
       if (v0 >= nv) break;
       gv_load(w, row, v0, nv);
     }
@@ -347,6 +346,51 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
       st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
     }
   }
+}
+
+
+// The kernels: U 16-byte loads in flight per lane and pass (k_gemv16: 4). A row of K elements
+// takes ceil(K / (256 * U)) passes, each a dependent DRAM round trip; more U means more
+// registers, so fewer resident blocks (the planner sizes the grid by the occupancy the driver
+// reports for the instance it picks).
+extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<4>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_u5(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<5>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_u6(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<6>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_u7(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<7>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_u8(TD a, TD b, TD bias, int has_bias, float alpha,
+                                                           float beta, int act, TD out, TD nw, int has_norm,
+                                                           float eps) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<8>(a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

@@ -9,9 +9,36 @@ use npu_ir::UnaryOp;
 use npu_program::program::Binding;
 
 /// Blocks per SM that `k_gemv16` is launched with at most (a wide matrix loops over its
-/// column groups): the residency its 64 registers per thread allow at 256 threads (ptxas;
-/// bounding it to 5 or 6 blocks spills).
+/// column groups) where the driver does not report its occupancy: the residency its 64
+/// registers per thread allow at 256 threads (ptxas; bounding it to 5 or 6 blocks spills).
 const GEMV16_BLOCKS_PER_SM: usize = 4;
+
+/// `k_gemv16`'s instances by 16-byte loads in flight per lane and pass (kernels/gemm.cu). A
+/// row of K elements takes ceil(K / (256 U)) passes, each a dependent DRAM round trip; ptxas
+/// gives U = 4 64 registers (4 blocks an SM), 5..8 72-80 (3 blocks).
+const GEMV16_UNROLLS: [(usize, &str); 5] = [
+    (4, "k_gemv16"),
+    (5, "k_gemv16_u5"),
+    (6, "k_gemv16_u6"),
+    (7, "k_gemv16_u7"),
+    (8, "k_gemv16_u8"),
+];
+
+/// The loads per lane for a row of `k` elements: `NPU_CUDA_GV_U` = 4..=8, or `fit` (the
+/// fewest passes over a row, the smallest U among equals: K = 1536 one pass at 6, K = 8960
+/// five at 7); 4 otherwise.
+fn gemv16_unroll(k: usize) -> usize {
+    match std::env::var("NPU_CUDA_GV_U").as_deref() {
+        Ok("fit") => {
+            let nv = k / 8;
+            (4..=8)
+                .min_by_key(|&u| (nv.div_ceil(32 * u), u))
+                .unwrap_or(4)
+        }
+        Ok(v) => v.parse().ok().filter(|u| (4..=8).contains(u)).unwrap_or(4),
+        Err(_) => 4,
+    }
+}
 
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
@@ -132,22 +159,33 @@ impl Planner<'_> {
         let null = TdArg::null();
         if gemv {
             let (name, smem) = if raw16 {
-                ("k_gemv16", k * 2)
+                let u = gemv16_unroll(k);
+                let name = GEMV16_UNROLLS
+                    .iter()
+                    .find(|(n, _)| *n == u)
+                    .map_or("k_gemv16", |x| x.1);
+                (name, k * 2)
             } else {
                 ("k_gemv", k * 4)
             };
+            let func = self.f(name);
             // One warp per output column, 8 per block (4 per block, for more blocks at
             // N = 1536, measured slower on the H100: each block stages all of `a`).
-            // k_gemv16 loops over groups of 8 columns: at most GEMV16_BLOCKS_PER_SM blocks
-            // per SM, each staging `a` once.
+            // k_gemv16 loops over groups of 8 columns: as many blocks as the SMs hold at
+            // once (one wave; more would leave a second wave of a few blocks), each staging
+            // `a` once.
             let groups = n.div_ceil(8);
             let blocks = if raw16 {
-                groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+                let per_sm = self
+                    .dev
+                    .blocks_per_sm(func, 256, smem as u32)
+                    .unwrap_or(GEMV16_BLOCKS_PER_SM);
+                groups.min(per_sm * self.dev.sms.max(1) as usize)
             } else {
                 groups
             };
             let launch = kl(
-                self.f(name),
+                func,
                 (blocks as u32, batches.max(1) as u32, 1),
                 256,
                 smem as u32,
