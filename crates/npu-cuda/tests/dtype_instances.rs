@@ -8,110 +8,46 @@
 
 mod common;
 
-use common::{assert_near_cpu, bind, device_or_skip, inputs, io, run, values};
+use common::{
+    assert_near_cpu, bind, device_or_skip, inputs, io, rope_cache_group, run, values, HEADS,
+    HEAD_DIM as D, KV_HEADS,
+};
 use npu_ir::DType;
-use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
+use npu_program::program::{Binding, Kernel, Program, Slot, Step};
 use npu_runtime::CpuBackend;
-
-const HEADS: usize = 12;
-const KV_HEADS: usize = 2;
-const D: usize = 128;
 
 /// Copies of the caches into the arena, `rope(q)`, `rope(k)`, the keys' and the values'
 /// `index_copy` into the copies at `s` positions (the four steps the CUDA backend runs as one
 /// launch), and the queries and both caches copied out; `t` cache slots, all in `dt`.
 fn rope_cache_program(dt: DType, s: usize, t: usize) -> Program {
-    let (q, kv, table, cache) = (
-        [1, HEADS, s, D],
-        [1, KV_HEADS, s, D],
-        [1, 1, s, D],
-        [1, KV_HEADS, t, D],
-    );
-    let dense = |slot, off: usize, shape: &[usize]| {
-        bind(slot, off as u64, shape, &dense_strides(shape), dt)
-    };
-    let bytes = |shape: &[usize]| shape.iter().product::<usize>() * dt.size_bytes();
-    // arena: the key cache, the value cache, rope(q), rope(k)
-    let (kc, vc) = (0, bytes(&cache));
-    let (qo, ko) = (2 * bytes(&cache), 2 * bytes(&cache) + bytes(&q));
-    let arena = ko + bytes(&kv);
-    let step = |kernel, inputs: Vec<Binding>, outputs: Vec<Binding>| Step {
-        kernel,
-        inputs,
-        outputs,
+    let g = rope_cache_group(dt, s, t, "dtype instance test");
+    let copy_out = |from: &Binding, slot| Step {
+        kernel: Kernel::Copy,
+        inputs: vec![from.clone()],
+        outputs: vec![bind(slot, 0, &from.shape, &from.strides, dt)],
         origin: "dtype instance test".into(),
     };
-    let copy = |from: Binding, to: Binding| step(Kernel::Copy, vec![from], vec![to]);
-    let pos = bind(Slot::Input(5), 0, &[s], &[1], DType::I64);
-    // the tables broadcast over the heads of x (the kernel's contract: one shape)
-    let tables = |x: &[usize]| {
-        let t = |slot| bind(slot, 0, x, &[s * D, 0, D, 1], dt);
-        [t(Slot::Input(3)), t(Slot::Input(4))]
-    };
-    let ([qcos, qsin], [kcos, ksin]) = (tables(&q), tables(&kv));
-    let index_copy = Kernel::IndexCopy { axis: 2 };
+    let mut steps = g.steps;
+    steps.extend([
+        copy_out(&g.q_rot, Slot::Output(0)),
+        copy_out(&g.k_cache, Slot::Output(1)),
+        copy_out(&g.v_cache, Slot::Output(2)),
+    ]);
     Program {
         model_name: "rope + cache writes".into(),
         target: "gpu".into(),
         compute_dtype: dt,
-        inputs: vec![
-            io("q", &q, dt),
-            io("k", &kv, dt),
-            io("v", &kv, dt),
-            io("cos", &table, dt),
-            io("sin", &table, dt),
-            io("pos", &[s], DType::I64),
-            io("k_cache", &cache, dt),
-            io("v_cache", &cache, dt),
-        ],
         outputs: vec![
-            io("q_rot", &q, dt),
-            io("k_cache_out", &cache, dt),
-            io("v_cache_out", &cache, dt),
+            io("q_rot", &g.q_rot.shape, dt),
+            io("k_cache_out", &g.k_cache.shape, dt),
+            io("v_cache_out", &g.v_cache.shape, dt),
         ],
+        inputs: g.inputs,
         sources: Vec::new(),
         weights: Vec::new(),
         constants: Vec::new(),
-        arena_bytes: arena as u64,
-        steps: vec![
-            copy(
-                dense(Slot::Input(6), 0, &cache),
-                dense(Slot::Arena, kc, &cache),
-            ),
-            copy(
-                dense(Slot::Input(7), 0, &cache),
-                dense(Slot::Arena, vc, &cache),
-            ),
-            step(
-                Kernel::Rope,
-                vec![dense(Slot::Input(0), 0, &q), qcos, qsin],
-                vec![dense(Slot::Arena, qo, &q)],
-            ),
-            step(
-                Kernel::Rope,
-                vec![dense(Slot::Input(1), 0, &kv), kcos, ksin],
-                vec![dense(Slot::Arena, ko, &kv)],
-            ),
-            step(
-                index_copy.clone(),
-                vec![pos.clone(), dense(Slot::Arena, ko, &kv)],
-                vec![dense(Slot::Arena, kc, &cache)],
-            ),
-            step(
-                index_copy,
-                vec![pos, dense(Slot::Input(2), 0, &kv)],
-                vec![dense(Slot::Arena, vc, &cache)],
-            ),
-            copy(dense(Slot::Arena, qo, &q), dense(Slot::Output(0), 0, &q)),
-            copy(
-                dense(Slot::Arena, kc, &cache),
-                dense(Slot::Output(1), 0, &cache),
-            ),
-            copy(
-                dense(Slot::Arena, vc, &cache),
-                dense(Slot::Output(2), 0, &cache),
-            ),
-        ],
+        arena_bytes: g.arena_bytes,
+        steps,
     }
 }
 

@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{assert_near_cpu, bind, device_or_skip, inputs, io, run, values};
+use common::{
+    assert_near_cpu, bind, device_or_skip, inputs, io, rope_cache_group, run, values, HEADS,
+    HEAD_DIM, KV_HEADS,
+};
 use npu_ir::DType;
 use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
 
@@ -211,102 +214,55 @@ fn attention_layers_share_tile_flags_until_the_mask_changes() {
 /// admitting slots 0..=pos: the attention launch reads its mask and first K/V tile before its
 /// programmatic wait and the written row after it.
 fn rope_attention_program(dt: DType, t: usize) -> Program {
-    let (h, kvh, d) = (12, 2, 128);
-    let (q, kv, table, cache, mask) = (
-        [1, h, 1, d],
-        [1, kvh, 1, d],
-        [1, 1, 1, d],
-        [1, kvh, t, d],
-        [1, 1, 1, t],
-    );
-    let dense = |slot, off: usize, shape: &[usize]| {
-        bind(slot, off as u64, shape, &dense_strides(shape), dt)
-    };
-    let bytes = |shape: &[usize]| shape.iter().product::<usize>() * dt.size_bytes();
-    let (kc, vc) = (0, bytes(&cache));
-    let (qo, ko) = (2 * bytes(&cache), 2 * bytes(&cache) + bytes(&q));
-    let arena = ko + bytes(&kv);
+    let g = rope_cache_group(dt, 1, t, "fusion test");
+    let (h, d) = (HEADS, HEAD_DIM);
     let step = |kernel, inputs: Vec<Binding>, outputs: Vec<Binding>| Step {
         kernel,
         inputs,
         outputs,
         origin: "fusion test".into(),
     };
-    let copy = |from: Binding, to: Binding| step(Kernel::Copy, vec![from], vec![to]);
-    let pos = bind(Slot::Input(5), 0, &[1], &[1], DType::I64);
-    let tables = |x: &[usize]| {
-        let t = |slot| bind(slot, 0, x, &[d, 0, d, 1], dt);
-        [t(Slot::Input(3)), t(Slot::Input(4))]
-    };
-    let ([qcos, qsin], [kcos, ksin]) = (tables(&q), tables(&kv));
-    let index_copy = Kernel::IndexCopy { axis: 2 };
+    let q = [1, h, 1, d];
+    let mut steps = g.steps;
+    steps.extend([
+        step(
+            Kernel::Attention {
+                scale: 1.0 / (d as f32).sqrt(),
+                causal: false,
+            },
+            vec![
+                g.q_rot.clone(),
+                g.k_cache.clone(),
+                g.v_cache.clone(),
+                bind(Slot::Input(8), 0, &[1, h, 1, t], &[t, 0, t, 1], dt),
+            ],
+            vec![bind(Slot::Output(0), 0, &q, &dense_strides(&q), dt)],
+        ),
+        step(
+            Kernel::Copy,
+            vec![g.k_cache.clone()],
+            vec![bind(
+                Slot::Output(1),
+                0,
+                &g.k_cache.shape,
+                &g.k_cache.strides,
+                dt,
+            )],
+        ),
+    ]);
+    let mut inputs = g.inputs;
+    inputs.push(io("mask", &[1, 1, 1, t], dt));
     Program {
         model_name: "rope + cache writes + decode attention".into(),
         target: "gpu".into(),
         compute_dtype: dt,
-        inputs: vec![
-            io("q", &q, dt),
-            io("k", &kv, dt),
-            io("v", &kv, dt),
-            io("cos", &table, dt),
-            io("sin", &table, dt),
-            io("pos", &[1], DType::I64),
-            io("k_cache", &cache, dt),
-            io("v_cache", &cache, dt),
-            io("mask", &mask, dt),
-        ],
-        outputs: vec![io("attn", &q, dt), io("k_cache_out", &cache, dt)],
+        inputs,
+        outputs: vec![io("attn", &q, dt), io("k_cache_out", &g.k_cache.shape, dt)],
         sources: Vec::new(),
         weights: Vec::new(),
         constants: Vec::new(),
-        arena_bytes: arena as u64,
-        steps: vec![
-            copy(
-                dense(Slot::Input(6), 0, &cache),
-                dense(Slot::Arena, kc, &cache),
-            ),
-            copy(
-                dense(Slot::Input(7), 0, &cache),
-                dense(Slot::Arena, vc, &cache),
-            ),
-            step(
-                Kernel::Rope,
-                vec![dense(Slot::Input(0), 0, &q), qcos, qsin],
-                vec![dense(Slot::Arena, qo, &q)],
-            ),
-            step(
-                Kernel::Rope,
-                vec![dense(Slot::Input(1), 0, &kv), kcos, ksin],
-                vec![dense(Slot::Arena, ko, &kv)],
-            ),
-            step(
-                index_copy.clone(),
-                vec![pos.clone(), dense(Slot::Arena, ko, &kv)],
-                vec![dense(Slot::Arena, kc, &cache)],
-            ),
-            step(
-                index_copy,
-                vec![pos, dense(Slot::Input(2), 0, &kv)],
-                vec![dense(Slot::Arena, vc, &cache)],
-            ),
-            step(
-                Kernel::Attention {
-                    scale: 1.0 / (d as f32).sqrt(),
-                    causal: false,
-                },
-                vec![
-                    dense(Slot::Arena, qo, &q),
-                    dense(Slot::Arena, kc, &cache),
-                    dense(Slot::Arena, vc, &cache),
-                    bind(Slot::Input(8), 0, &[1, h, 1, t], &[t, 0, t, 1], dt),
-                ],
-                vec![dense(Slot::Output(0), 0, &q)],
-            ),
-            copy(
-                dense(Slot::Arena, kc, &cache),
-                dense(Slot::Output(1), 0, &cache),
-            ),
-        ],
+        arena_bytes: g.arena_bytes,
+        steps,
     }
 }
 
@@ -316,7 +272,7 @@ fn decode_attention_reads_early_what_the_cache_group_leaves() {
     else {
         return;
     };
-    let (h, kvh, d, t) = (12, 2, 128, 256);
+    let (h, kvh, d, t) = (HEADS, KV_HEADS, HEAD_DIM, 256);
     // the written row first in its tile, inside one, and the last slot
     for (dt, pos) in [(DType::BF16, 100), (DType::BF16, 0), (DType::F16, 255)] {
         let what = format!("{dt} pos {pos}");

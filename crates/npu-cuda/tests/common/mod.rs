@@ -1,10 +1,10 @@
 //! Helpers shared by the CUDA backend's integration tests: bindings and IO tensors of one
-//! dtype, seeded values, a program's run, the device or a SKIP line, and agreement with the
-//! CPU backend.
+//! dtype, seeded values, a program's run, the device or a SKIP line, agreement with the CPU
+//! backend, and a decoder layer's RoPE / KV-cache steps.
 
 use npu_cuda::{CudaBackend, CudaError};
 use npu_ir::DType;
-use npu_program::program::{Binding, IoTensor, Program, Slot};
+use npu_program::program::{dense_strides, Binding, IoTensor, Kernel, Program, Slot, Step};
 use npu_runtime::{Backend, CpuBackend, HostTensor, MemoryWeights};
 
 pub fn bind(slot: Slot, off: u64, shape: &[usize], strides: &[usize], dtype: DType) -> Binding {
@@ -83,5 +83,102 @@ pub fn assert_near_cpu(what: &str, p: &Program, ins: &[(&str, HostTensor)], got:
             scale > 0.0 && worst <= 0.02 * scale,
             "{what}: output {o} off the CPU's by {worst} (largest {scale})"
         );
+    }
+}
+
+/// Heads, KV heads and head dim of the RoPE / cache programs (Qwen2.5-1.5B's).
+pub const HEADS: usize = 12;
+pub const KV_HEADS: usize = 2;
+pub const HEAD_DIM: usize = 128;
+
+/// A decoder layer's RoPE / KV-cache group over `s` positions of a `t`-slot cache, all in
+/// `dt` (the four steps the CUDA backend runs as one launch), with the copies of the caches
+/// into the arena before it: its inputs (0 q, 1 k, 2 v, 3 cos, 4 sin, 5 pos, 6 k_cache,
+/// 7 v_cache), steps, arena bytes, and where rope(q) and the written caches lie.
+pub struct RopeCache {
+    pub inputs: Vec<IoTensor>,
+    pub steps: Vec<Step>,
+    pub arena_bytes: u64,
+    pub q_rot: Binding,
+    pub k_cache: Binding,
+    pub v_cache: Binding,
+}
+
+pub fn rope_cache_group(dt: DType, s: usize, t: usize, origin: &str) -> RopeCache {
+    let d = HEAD_DIM;
+    let (q, kv, table, cache) = (
+        [1, HEADS, s, d],
+        [1, KV_HEADS, s, d],
+        [1, 1, s, d],
+        [1, KV_HEADS, t, d],
+    );
+    let dense = |slot, off: usize, shape: &[usize]| {
+        bind(slot, off as u64, shape, &dense_strides(shape), dt)
+    };
+    let bytes = |shape: &[usize]| shape.iter().product::<usize>() * dt.size_bytes();
+    // arena: the key cache, the value cache, rope(q), rope(k)
+    let (kc, vc) = (0, bytes(&cache));
+    let (qo, ko) = (2 * bytes(&cache), 2 * bytes(&cache) + bytes(&q));
+    let step = |kernel, inputs: Vec<Binding>, outputs: Vec<Binding>| Step {
+        kernel,
+        inputs,
+        outputs,
+        origin: origin.into(),
+    };
+    let pos = bind(Slot::Input(5), 0, &[s], &[1], DType::I64);
+    // the tables broadcast over the heads of x (the kernel's contract: one shape)
+    let tables = |x: &[usize]| {
+        let t = |slot| bind(slot, 0, x, &[s * d, 0, d, 1], dt);
+        [t(Slot::Input(3)), t(Slot::Input(4))]
+    };
+    let ([qcos, qsin], [kcos, ksin]) = (tables(&q), tables(&kv));
+    let index_copy = Kernel::IndexCopy { axis: 2 };
+    RopeCache {
+        inputs: vec![
+            io("q", &q, dt),
+            io("k", &kv, dt),
+            io("v", &kv, dt),
+            io("cos", &table, dt),
+            io("sin", &table, dt),
+            io("pos", &[s], DType::I64),
+            io("k_cache", &cache, dt),
+            io("v_cache", &cache, dt),
+        ],
+        steps: vec![
+            step(
+                Kernel::Copy,
+                vec![dense(Slot::Input(6), 0, &cache)],
+                vec![dense(Slot::Arena, kc, &cache)],
+            ),
+            step(
+                Kernel::Copy,
+                vec![dense(Slot::Input(7), 0, &cache)],
+                vec![dense(Slot::Arena, vc, &cache)],
+            ),
+            step(
+                Kernel::Rope,
+                vec![dense(Slot::Input(0), 0, &q), qcos, qsin],
+                vec![dense(Slot::Arena, qo, &q)],
+            ),
+            step(
+                Kernel::Rope,
+                vec![dense(Slot::Input(1), 0, &kv), kcos, ksin],
+                vec![dense(Slot::Arena, ko, &kv)],
+            ),
+            step(
+                index_copy.clone(),
+                vec![pos.clone(), dense(Slot::Arena, ko, &kv)],
+                vec![dense(Slot::Arena, kc, &cache)],
+            ),
+            step(
+                index_copy,
+                vec![pos, dense(Slot::Input(2), 0, &kv)],
+                vec![dense(Slot::Arena, vc, &cache)],
+            ),
+        ],
+        arena_bytes: (ko + bytes(&kv)) as u64,
+        q_rot: dense(Slot::Arena, qo, &q),
+        k_cache: dense(Slot::Arena, kc, &cache),
+        v_cache: dense(Slot::Arena, vc, &cache),
     }
 }
