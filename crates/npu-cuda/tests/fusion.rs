@@ -10,8 +10,40 @@ use common::{
     assert_near_cpu, bind, device_or_skip, inputs, io, rope_cache_group, run, values, HEADS,
     HEAD_DIM, KV_HEADS,
 };
+use npu_cuda::CudaBackend;
 use npu_ir::DType;
 use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
+use npu_runtime::HostTensor;
+
+/// The outputs of `p` prepared with the switch `var` set to `value` (unset for None), which
+/// the planner reads at prepare time; unset again after.
+fn run_switched(
+    gpu: &CudaBackend,
+    p: &Program,
+    ins: &[(&str, HostTensor)],
+    var: &str,
+    value: Option<&str>,
+) -> Vec<Vec<f32>> {
+    match value {
+        Some(v) => std::env::set_var(var, v),
+        None => std::env::remove_var(var),
+    }
+    let out = run(gpu, p, ins);
+    std::env::remove_var(var);
+    out
+}
+
+/// Every output of `a` bit for bit equal to `b`'s.
+fn assert_same_bits(what: &str, a: &[Vec<f32>], b: &[Vec<f32>]) {
+    for (o, (x, y)) in a.iter().zip(b).enumerate() {
+        let diff = x
+            .iter()
+            .zip(y)
+            .filter(|(u, v)| u.to_bits() != v.to_bits())
+            .count();
+        assert_eq!(diff, 0, "{what}: output {o} differs in {diff} elements");
+    }
+}
 
 /// h = round(x @ w0^T) + r, y = rms_norm(h) @ w1^T, as a prefill layer's down projection and
 /// the next layer's QKV projection (weights stored [N, K], read transposed), in `dt`.
@@ -102,22 +134,9 @@ fn residual_epilogue_and_rms_norm_fuse_bit_for_bit() {
                 ("w1", values(n1 * n0, 5, 0.2)),
             ],
         );
-        std::env::remove_var("NPU_CUDA_FUSE_NORM");
-        let fused = run(&gpu, &p, &ins);
-        std::env::set_var("NPU_CUDA_FUSE_NORM", "0");
-        let apart = run(&gpu, &p, &ins);
-        std::env::remove_var("NPU_CUDA_FUSE_NORM");
-        for (o, (f, a)) in fused.iter().zip(&apart).enumerate() {
-            let diff = f
-                .iter()
-                .zip(a)
-                .filter(|(x, y)| x.to_bits() != y.to_bits())
-                .count();
-            assert_eq!(
-                diff, 0,
-                "{dt} {m}x{k0}x{n0}x{n1}: output {o} differs in {diff} elements"
-            );
-        }
+        let fused = run_switched(&gpu, &p, &ins, "NPU_CUDA_FUSE_NORM", None);
+        let apart = run_switched(&gpu, &p, &ins, "NPU_CUDA_FUSE_NORM", Some("0"));
+        assert_same_bits(&format!("{dt} {m}x{k0}x{n0}x{n1}"), &fused, &apart);
         // and both agree with the CPU backend
         assert_near_cpu(&format!("{dt} {m}x{k0}x{n0}x{n1}"), &p, &ins, &fused);
     }
@@ -297,19 +316,9 @@ fn decode_attention_reads_early_what_the_cache_group_leaves() {
                 ("mask", mask),
             ],
         );
-        std::env::remove_var("NPU_CUDA_ATTN_PRE");
-        let early = run(&gpu, &p, &ins);
-        std::env::set_var("NPU_CUDA_ATTN_PRE", "0");
-        let late = run(&gpu, &p, &ins);
-        std::env::remove_var("NPU_CUDA_ATTN_PRE");
-        for (o, (e, l)) in early.iter().zip(&late).enumerate() {
-            let diff = e
-                .iter()
-                .zip(l)
-                .filter(|(x, y)| x.to_bits() != y.to_bits())
-                .count();
-            assert_eq!(diff, 0, "{what}: output {o} differs in {diff} elements");
-        }
+        let early = run_switched(&gpu, &p, &ins, "NPU_CUDA_ATTN_PRE", None);
+        let late = run_switched(&gpu, &p, &ins, "NPU_CUDA_ATTN_PRE", Some("0"));
+        assert_same_bits(&what, &early, &late);
         assert_near_cpu(&what, &p, &ins, &early);
     }
 }
