@@ -1,6 +1,7 @@
 """A/B timing of the CUDA backend on the GPU machine, in one call: Qwen2.5-1.5B bf16 prefill of
 128 tokens, one decode step at 1000 of 2048 cached positions and (``--long``) at 32000 of 32768,
-and (``--vision resnet50:64,...``) vision models in f16 for the ``gpu`` target, for two or more
+and (``--vision resnet50:64,...``) vision models in f16 for the ``gpu`` target, or (``--case
+POSITION=PROGRAM``) decode programs compiled elsewhere at given positions, for two or more
 variants timed in alternating rounds so that clock and thermal drift fall on
 every variant alike. A variant is a label, a directory of staged binaries and environment
 settings: ``LABEL=DIR[,VAR=VALUE...]``, e.g. ``generic=.device,NPU_CUDA_DTYPE_KERNELS=0``.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,18 @@ class Case:
     repeat: int
     # a vision case's export (weights and inputs); None for Qwen's decode-at cases
     export_dir: Path | None = None
+
+
+def parse_given_cases(specs: list[str], repeat: int = 200) -> list[Case]:
+    """``POSITION=PROGRAM`` decode programs compiled elsewhere (``npu compile ... --dtype bf16``)
+    as decode-at cases at that position; ValueError says what is malformed."""
+    out = []
+    for spec in specs:
+        pos, sep, prog = spec.partition("=")
+        if not sep or not pos.isdigit() or not prog:
+            raise ValueError(f"case {spec!r}: expected POSITION=PROGRAM")
+        out.append(Case(f"decode at {pos} ({Path(prog).stem})", Path(prog), int(pos), repeat))
+    return out
 
 
 def parse_vision(spec: str) -> list[tuple[str, int]]:
@@ -128,7 +142,7 @@ def time_case(v: Variant, c: Case, log: Path) -> Timing:
         str(c.repeat),
     ]
     res = g.sh_json(cmd, log, v.env)
-    return Timing(float(res["points"][0]["gpu_ms"]))
+    return Timing(float(res["points"][0]["gpu_ms"]), top=list(res.get("top_kernels", [])))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,25 +160,43 @@ def main(argv: list[str] | None = None) -> int:
         "of exporting them on the machine (minutes of a fresh machine's time); the machine's own "
         "export may differ where its transformers does, so compare variants within one call only",
     )
+    p.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        help="POSITION=PROGRAM: a decode program compiled here and carried, timed at that position "
+        "instead of the exported Qwen cases (no export, no prefill; "
+        "e.g. 1000=.device/progs/decode-bf16.npubin)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="start no run after this many seconds (medians over the rounds that ran), to fit one call",
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/npu-gpu"))
     p.add_argument("--json", type=Path, default=Path("/tmp/npu-gpu-out/gpu-ab.json"))
     a = p.parse_args(argv)
     try:
         variants = [parse_variant(s) for s in a.variant]
         vision = parse_vision(a.vision)
+        given = parse_given_cases(a.case)
     except ValueError as e:
         p.error(str(e))
     a.work.mkdir(parents=True, exist_ok=True)
     log = a.work / "gpu_ab.log"
     npu = str(variants[0].bin_dir / "npu")
-    todo = [] if a.no_qwen else cases(npu, a.work, a.long, log, a.qwen_ir)
+    todo = given or ([] if a.no_qwen else cases(npu, a.work, a.long, log, a.qwen_ir))
     todo += vision_cases(npu, a.work, vision, log)
+    start = time.monotonic()
     times: dict[str, dict[str, list[float]]] = {c.name: {v.label: [] for v in variants} for c in todo}
     walls: dict[str, dict[str, list[float]]] = {c.name: {v.label: [] for v in variants} for c in todo}
     tops: dict[str, dict[str, list[Any]]] = {c.name: {} for c in todo}
     for r in range(a.rounds):
         for v in variants:
             for c in todo:
+                if a.deadline is not None and time.monotonic() - start > a.deadline:
+                    break
                 t = time_case(v, c, log)
                 times[c.name][v.label].append(t.gpu_ms)
                 if t.wall_ms is not None:
@@ -178,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'case':<26}{header}  (median ms; ratio to {base})")
     rows: list[dict[str, Any]] = []
     for c in todo:
-        med = {v.label: statistics.median(times[c.name][v.label]) for v in variants}
+        # a deadline may leave a variant without runs of a case
+        med = {
+            v.label: statistics.median(ts) if (ts := times[c.name][v.label]) else float("nan")
+            for v in variants
+        }
         cells = "".join(f"{med[v.label]:>10.4f} ({med[v.label] / med[base]:.3f})" for v in variants)
         print(f"{c.name:<26}{cells}")
         row = {"case": c.name, "median_ms": med, "rounds_ms": times[c.name], "top_kernels": tops[c.name]}
@@ -193,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['case'] + ' whole run':<26}{cells}")
     for c in todo:
         for v in variants:
-            top = tops[c.name][v.label][:6]
+            top = tops[c.name].get(v.label, [])[:6]
             if top:
                 groups = "; ".join(f"{t['name']} x{t['count']} {t['ms']:.3f}" for t in top)
                 print(f"{c.name} {v.label}: {groups}")

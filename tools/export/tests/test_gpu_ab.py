@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from npu_export import gpu_ab  # noqa: E402
-from npu_export.gpu_ab import Variant, parse_variant, parse_vision  # noqa: E402
+from npu_export.gpu_ab import Case, Variant, parse_given_cases, parse_variant, parse_vision  # noqa: E402
 
 
 def test_a_variant_is_a_label_a_directory_and_settings() -> None:
@@ -38,6 +38,20 @@ def test_vision_cases_are_models_and_batches() -> None:
 def test_malformed_vision_cases_say_so(spec: str) -> None:
     with pytest.raises(ValueError, match="vision case"):
         parse_vision(spec)
+
+
+def test_given_decode_programs_are_cases_at_their_positions() -> None:
+    got = parse_given_cases(["1000=p/decode-bf16.npubin", "32000=p/decode32k-bf16.npubin"])
+    assert got == [
+        Case("decode at 1000 (decode-bf16)", Path("p/decode-bf16.npubin"), 1000, 200),
+        Case("decode at 32000 (decode32k-bf16)", Path("p/decode32k-bf16.npubin"), 32000, 200),
+    ]
+
+
+@pytest.mark.parametrize("spec", ["1000", "=p.npubin", "x=p.npubin", "1000="])
+def test_malformed_given_cases_say_so(spec: str) -> None:
+    with pytest.raises(ValueError, match="case"):
+        parse_given_cases([spec])
 
 
 def test_given_qwen_ir_is_compiled_without_an_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
