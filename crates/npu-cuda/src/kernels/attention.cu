@@ -969,7 +969,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     pdl_enter();
     const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
     const i64 t0 = t_begin + (i64)cur * DM_KEYS;
-    if (cur < nlist && p >= t0 && p < t0 + DM_KEYS && p < T && (D % 8) == 0) {
+    if (cur < nlist && p >= t0 && p < t0 + DM_KEYS && p < T) {  // D % 16 == 0 (planner)
       cp_async_wait_n<0>();
       __syncthreads();
       const int per = D / 8, r = (int)(p - t0);

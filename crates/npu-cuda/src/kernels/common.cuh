@@ -39,14 +39,6 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
-// Before pdl_enter() a kernel may only prefetch into L2: statements calling prefetch_l2* (the
-// device unit test checks this). While the previous grid runs, a kernel's blocks can already
-// be resident, and fetching the weights they will stream overlaps its tail. L2 is where every
-// SM's writes meet, so a line prefetched while the previous grid still writes it stays
-// coherent (no value reaches the SM before the wait). `p` 16-byte aligned, `bytes` a multiple
-// of 16 (a no-op below sm_90 or for 0 bytes). The lines are marked evict-last: the streams
-// that run meanwhile are marked evict-first (gv_load, the decode K/V stages), so they pass
-// through L2 without pushing out what the next kernel is about to read.
 // L2 eviction policies (sm_80 and later) for the `.L2::cache_hint` forms of copies and
 // prefetches: every line the instruction brings in gets that priority. Made once per caller,
 // not per instruction.
@@ -61,20 +53,31 @@ __device__ __forceinline__ u64 l2_evict_last() {
   return pol;
 }
 
+// Before pdl_enter() a kernel may only prefetch into L2: statements calling prefetch_l2* (the
+// device unit test checks this). While the previous grid runs, a kernel's blocks can already
+// be resident, and fetching the weights they will stream overlaps its tail. L2 is where every
+// SM's writes meet, so a line prefetched while the previous grid still writes it stays
+// coherent (no value reaches the SM before the wait). `p` 16-byte aligned, `bytes` a multiple
+// of 16 (a no-op below sm_90, for 0 bytes or a misaligned range).
+__device__ __forceinline__ bool prefetch_l2_range(const void* p, u64 bytes) {
+  return bytes > 0 && (((u64)p) & 15) == 0 && (bytes & 15) == 0;
+}
+// prefetch_l2 marks the lines evict-last: the streams that run meanwhile are marked
+// evict-first (gv_load, the decode K/V stages), so they pass through L2 without pushing out
+// what the next kernel is about to read.
 __device__ __forceinline__ void prefetch_l2(const void* p, u64 bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (bytes > 0 && (((u64)p) & 15) == 0 && (bytes & 15) == 0)
+  if (prefetch_l2_range(p, bytes))
     asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(p),
                  "r"((unsigned)bytes), "l"(l2_evict_last()));
 #endif
 }
-
 // The same at normal priority, for the decode attention's K/V rows: marked evict-last, a
 // 32,000-key cache's ~33 MB a layer crowded L2 (H100, Qwen2.5-1.5B decode at 32000 of 32768:
 // 2.777 -> 2.681 ms a step at normal priority; at 1000 of 2048 unchanged, 2.080 / 2.083).
 __device__ __forceinline__ void prefetch_l2_normal(const void* p, u64 bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (bytes > 0 && (((u64)p) & 15) == 0 && (bytes & 15) == 0)
+  if (prefetch_l2_range(p, bytes))
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes));
 #endif
 }
