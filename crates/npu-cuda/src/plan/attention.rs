@@ -3,11 +3,13 @@
 //! (prefill) `k_attn_mma` on tensor cores after `k_attn_tiles` marks the mask's live tiles;
 //! `k_attn` split over the keys otherwise, each SIMT kernel followed by `k_attn_combine`.
 
+use super::persist::may_share;
 use super::{align, kl, Planner, StepPlan, SCRATCH0};
 use crate::launch::{Arg, Launch, TdArg};
 use crate::loc::Loc;
 use npu_ir::DType;
-use npu_program::program::Binding;
+use npu_program::groups::{index_copy_axis, rope_cache};
+use npu_program::program::{Binding, Step};
 
 /// The fewest query rows that take the tensor-core path (`attention_mma`).
 const MMA_MIN_ROWS: usize = 16;
@@ -254,18 +256,15 @@ impl Planner<'_> {
         }
         let steps = &self.program.steps;
         // the group's first step: it has two to four steps and ends right before this one
-        let g = (2..=4).filter_map(|n| {
+        let g = (2..=4).find_map(|n| {
             let j = self.step.checked_sub(n)?;
-            npu_program::groups::rope_cache(&steps[j..self.step]).filter(|g| g.len() == n)
-        });
-        let g = g.into_iter().next()?;
+            rope_cache(&steps[j..self.step]).filter(|g| g.len() == n)
+        })?;
         let (kw, vw) = (g.k_write?, g.v_write?);
-        let one = |st: &npu_program::program::Step| {
-            st.inputs[1]
-                .shape
-                .get(npu_program::groups::index_copy_axis(st))
-                == Some(&1)
-                && npu_program::groups::index_copy_axis(st) == 2
+        // one position written along the cache's sequence dim
+        let one = |st: &Step| {
+            let axis = index_copy_axis(st);
+            axis == 2 && st.inputs[1].shape.get(axis) == Some(&1)
         };
         let same =
             kw.outputs[0] == ins[1] && vw.outputs[0] == ins[2] && kw.inputs[0] == vw.inputs[0];
@@ -275,11 +274,9 @@ impl Planner<'_> {
             &kw.outputs[0],
             &vw.outputs[0],
         ];
-        let mask_apart = ins.get(3).is_none_or(|m| {
-            outs.iter().all(|o| {
-                o.slot != m.slot || o.end_byte() <= m.byte_offset || m.end_byte() <= o.byte_offset
-            })
-        });
+        let mask_apart = ins
+            .get(3)
+            .is_none_or(|m| !outs.iter().any(|o| may_share(self.program, o, m)));
         (same && one(kw) && one(vw) && mask_apart).then_some(&kw.inputs[0])
     }
 

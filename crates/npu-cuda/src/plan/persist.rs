@@ -74,7 +74,7 @@ impl Persistent {
 
 /// Whether a write through `w` may change bytes `r` reads: the same slot's overlapping
 /// ranges, or an output and the input it was donated (the two share one buffer).
-fn may_share(program: &Program, w: &Binding, r: &Binding) -> bool {
+pub(super) fn may_share(program: &Program, w: &Binding, r: &Binding) -> bool {
     let same_buffer = match (w.slot, r.slot) {
         (a, b) if a == b => true,
         (Slot::Output(o), Slot::Input(i)) | (Slot::Input(i), Slot::Output(o)) => {
