@@ -9,8 +9,8 @@
 #   scripts/gpu-kernel-ncu.sh DECODE.npubin [POSITION] [KERNEL_REGEX] [SKIP] [COUNT]
 # Defaults: position 1000, k_gemv16, skip 100 matching launches (preparation's and the first
 # runs'; decode-at runs at least nine steps: 113 k_gemv16 or 28 k_attn_dec_mma launches each),
-# count 4. Not yet run on a GPU (written in the tenth session of 2026-11-27). Writes
-# $OUT/kernel-ncu.txt.
+# count 4. Writes $OUT/kernel-ncu.txt; the stall reasons are the
+# smsp__average_warps_issue_stalled_* rows (cycles per issued instruction).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prog=$1 pos=${2:-1000} kernel=${3:-k_gemv16} skip=${4:-100} count=${5:-4}
@@ -21,6 +21,9 @@ ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 bench=(.device/npu-cuda-bench decode-at --decode "$prog" --weights random --positions "$pos" --repeat 1)
 "$ncu" --kernel-name "regex:^(${kernel})\$" --launch-skip "$skip" --launch-count "$count" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-    --section WarpStateStats --section LaunchStats "${bench[@]}" >"$out/kernel-ncu.txt" 2>&1 || true
-grep -E "k_[a-z0-9_]+|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Limit|Stall|Warp Cycles Per Issued|Grid Size|Shared Memory Config" \
+    --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
+    --section InstructionStats --section SchedulerStats --section SourceCounters \
+    --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
+    "${bench[@]}" >"$out/kernel-ncu.txt" 2>&1 || true
+grep -E "k_[a-z0-9_]+|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Limit|Stall|stalled|Warp Cycles Per Issued|Grid Size|Shared Memory Config|Executed Ipc|Issue Slots|Pipe" \
     "$out/kernel-ncu.txt" | head -150

@@ -318,6 +318,19 @@ impl CudaExecutable {
         1 + self.steps.iter().map(Vec::len).sum::<usize>()
     }
 
+    /// The library kernels a run launches, in order (cuBLASLt and cuDNN calls and generated
+    /// pointwise kernels left out): which path the planner took, for tests and diagnostics.
+    pub fn library_kernels(&self) -> Vec<&'static str> {
+        self.steps
+            .iter()
+            .flatten()
+            .filter_map(|l| match l {
+                Launch::Kernel(k) => self.dev.func_name(k.func),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the last run replayed a captured graph.
     pub fn graph_ready(&self) -> bool {
         self.graphs.iter().any(Option::is_some)

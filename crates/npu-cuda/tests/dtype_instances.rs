@@ -1,10 +1,10 @@
 //! The kernels instanced per 16-bit dtype give the generic kernels' bits: a decoder layer's
 //! RoPE and KV-cache writes (one launch, `k_rope_cache` for a decode step's few elements and
-//! `k_rope_cache8` for a prefill's), in bf16 and f16, on a device opened with
-//! `NPU_CUDA_DTYPE_KERNELS=0` against one opened without it, and both against the CPU backend.
-//! Its own test binary: the switch is an environment variable, read when a device opens, so no
-//! other test may open one concurrently. The CPU half runs everywhere; the comparison skips
-//! where there is no device.
+//! `k_rope_cache8` for a prefill's) and one-row GEMMs over 16-bit weights (`k_gemv16`), in
+//! bf16 and f16, on a device opened with `NPU_CUDA_DTYPE_KERNELS=0` against one opened without
+//! it, and both against the CPU backend. Its own test binary, and one test: the switch is an
+//! environment variable, read when a device opens, so no other test may open one
+//! concurrently. The CPU half runs everywhere; the comparison skips where there is no device.
 
 mod common;
 
@@ -12,9 +12,10 @@ use common::{
     assert_near_cpu, bind, device_or_skip, inputs, io, rope_cache_group, run, values, HEADS,
     HEAD_DIM as D, KV_HEADS,
 };
-use npu_ir::DType;
-use npu_program::program::{Binding, Kernel, Program, Slot, Step};
-use npu_runtime::CpuBackend;
+use npu_cuda::CudaBackend;
+use npu_ir::{DType, UnaryOp};
+use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
+use npu_runtime::{CpuBackend, Executable, HostTensor, MemoryWeights};
 
 /// Copies of the caches into the arena, `rope(q)`, `rope(k)`, the keys' and the values'
 /// `index_copy` into the copies at `s` positions (the four steps the CUDA backend runs as one
@@ -58,14 +59,21 @@ fn device(instances: bool) -> Option<npu_cuda::CudaBackend> {
     } else {
         std::env::set_var("NPU_CUDA_DTYPE_KERNELS", "0");
     }
-    let d = device_or_skip("rope_and_cache_writes_match_the_generic_kernels");
+    let d = device_or_skip("dtype_instances_match_the_generic_kernels");
     std::env::remove_var("NPU_CUDA_DTYPE_KERNELS");
     d
 }
 
 #[test]
-fn rope_and_cache_writes_match_the_generic_kernels() {
+fn dtype_instances_match_the_generic_kernels() {
     let devices = device(false).and_then(|g| device(true).map(|i| (g, i)));
+    rope_and_cache_writes(devices.as_ref());
+    if let Some((generic, instanced)) = &devices {
+        gemvs(generic, instanced);
+    }
+}
+
+fn rope_and_cache_writes(devices: Option<&(CudaBackend, CudaBackend)>) {
     // a decode step (2,048 elements: the one-element kernel) and a 128-token prefill (the
     // vector kernel), each at positions inside the cache
     for dt in [DType::BF16, DType::F16] {
@@ -103,7 +111,7 @@ fn rope_and_cache_writes_match_the_generic_kernels() {
             assert_eq!(&cpu[2][slot(1, 0)..][..D], &v_in[s * D..][..D], "{what}");
             assert_eq!(cpu[2][..D], ins[7].1.to_f32_vec()[..D], "{what}");
 
-            let Some((generic, instanced)) = &devices else {
+            let Some((generic, instanced)) = devices else {
                 continue;
             };
             let g = run(generic, &p, &ins);
@@ -114,5 +122,138 @@ fn rope_and_cache_writes_match_the_generic_kernels() {
             }
             assert_near_cpu(&what, &p, &ins, &i);
         }
+    }
+}
+
+/// One GEMV case: out[b, 1, n] = act(0.75 * norm?(x[b]) @ w[b]^T (+ bias or 0.5 * residual)).
+#[derive(Clone, Copy, Debug)]
+struct Gemv {
+    dt: DType,
+    batch: usize,
+    k: usize,
+    n: usize,
+    /// 0 none, 1 bias, 2 residual
+    bias: u8,
+    norm: bool,
+    act: Option<UnaryOp>,
+}
+
+fn gemv_program(c: Gemv) -> Program {
+    let Gemv {
+        dt, batch, k, n, ..
+    } = c;
+    let dense = |slot, shape: &[usize]| bind(slot, 0, shape, &dense_strides(shape), dt);
+    let mut ios = vec![io("x", &[batch, 1, k], dt), io("w", &[batch, n, k], dt)];
+    // weights stored [N, K] per batch, read transposed
+    let mut ins = vec![
+        dense(Slot::Input(0), &[batch, 1, k]),
+        bind(Slot::Input(1), 0, &[batch, k, n], &[n * k, 1, k], dt),
+    ];
+    if c.bias > 0 {
+        ios.push(io("bias", &[batch, 1, n], dt));
+        ins.push(dense(Slot::Input(2), &[batch, 1, n]));
+    }
+    if c.norm {
+        ins.push(dense(Slot::Input(ios.len() as u32), &[k]));
+        ios.push(io("nw", &[k], dt));
+    }
+    Program {
+        model_name: format!("gemv {c:?}"),
+        target: "gpu".into(),
+        compute_dtype: dt,
+        inputs: ios,
+        outputs: vec![io("y", &[batch, 1, n], dt)],
+        sources: Vec::new(),
+        weights: Vec::new(),
+        constants: Vec::new(),
+        arena_bytes: 0,
+        steps: vec![Step {
+            kernel: Kernel::Gemm {
+                alpha: 0.75,
+                beta: if c.bias == 2 { 0.5 } else { 1.0 },
+                act: c.act,
+                residual: c.bias == 2,
+                norm: c.norm.then_some(1e-6),
+            },
+            inputs: ins,
+            outputs: vec![dense(Slot::Output(0), &[batch, 1, n])],
+            origin: "dtype instance test".into(),
+        }],
+    }
+}
+
+/// The output of the second run (a graph replay) and the library kernels it launches.
+fn run_gemv(
+    b: &CudaBackend,
+    p: &Program,
+    ins: &[(&str, HostTensor)],
+) -> (Vec<f32>, Vec<&'static str>) {
+    let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+    let mut x = b
+        .prepare_cuda(p, &MemoryWeights::default())
+        .expect("prepare");
+    x.run_all(&refs).expect("run");
+    let out = x.run_all(&refs).expect("run");
+    (out[0].1.to_f32_vec(), x.library_kernels())
+}
+
+fn gemvs(generic: &CudaBackend, instanced: &CudaBackend) {
+    let c = |dt, batch, k, n, bias, norm, act| Gemv {
+        dt,
+        batch,
+        k,
+        n,
+        bias,
+        norm,
+        act,
+    };
+    let cases = [
+        // Qwen2.5-1.5B's q/k/v (bias), down (residual) and gate/up (RMSNorm prologue) shapes
+        c(DType::BF16, 1, 1536, 2048, 1, false, None),
+        c(DType::F16, 1, 8960, 1536, 2, false, None),
+        c(DType::BF16, 1, 1536, 17920, 0, true, None),
+        c(DType::F16, 1, 1536, 17920, 0, true, None),
+        // a partial last pass, more column groups than a wave of blocks, an activation
+        c(DType::BF16, 1, 1032, 20000, 1, false, Some(UnaryOp::Silu)),
+        c(DType::F16, 1, 200, 37, 0, true, Some(UnaryOp::Relu)),
+        // batched weights
+        c(DType::BF16, 3, 512, 300, 2, false, None),
+    ];
+    for case in cases {
+        let what = format!("{case:?}");
+        let p = gemv_program(case);
+        let mut vals = vec![
+            ("x", values(case.batch * case.k, 11, 2.0)),
+            ("w", values(case.batch * case.n * case.k, 12, 0.2)),
+        ];
+        if case.bias > 0 {
+            vals.push(("bias", values(case.batch * case.n, 13, 4.0)));
+        }
+        if case.norm {
+            vals.push(("nw", values(case.k, 14, 2.0)));
+        }
+        let ins: Vec<_> = vals
+            .into_iter()
+            .map(|(name, v)| inputs(&p, [(name, v)]).into_iter().next().expect("one"))
+            .collect();
+        let (want, kernels) = run_gemv(generic, &p, &ins);
+        assert_eq!(kernels, ["k_gemv16"], "{what}");
+        let (got, kernels) = run_gemv(instanced, &p, &ins);
+        let instance = if case.dt == DType::BF16 {
+            "k_gemv16_bf16"
+        } else {
+            "k_gemv16_f16"
+        };
+        assert_eq!(kernels, [instance], "{what}");
+        let diff = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g.to_bits() != w.to_bits())
+            .count();
+        assert_eq!(
+            diff, 0,
+            "{what}: {diff} elements differ from the generic kernel's"
+        );
+        assert_near_cpu(&what, &p, &ins, std::slice::from_ref(&got));
     }
 }

@@ -901,6 +901,59 @@ __device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int 
   return n;
 }
 
+// One thread's share of staging a tile's K and V rows in k_attn_dec_mma, worked out once per
+// block: mq_stage recomputes its layout checks, its L2 policy and a division and a remainder
+// per 16-byte piece on every tile (H100, ncu at 32000 keys: ~1,200 instructions a warp per
+// tile, the issue slots waiting on them with 2.5 warps a scheduler). Where both caches' rows
+// are contiguous and aligned and a block's threads tile a row's pieces evenly (D / 8 divides
+// the block), a thread copies the pieces at column `c` of rows r0, r0 + rstep, ...;
+// otherwise mq_stage does it.
+struct DmStage {
+  const unsigned short *ks, *vs;  // key 0 of this (batch, KV head)
+  i64 krs, vrs, T;  // row strides, keys
+  u64 pol;
+  int r0, rstep, c, fast;
+};
+__device__ __forceinline__ bool dm_rows_fast(const TD& t, i64 base) {
+  return t.st[3] == 1 && (t.st[2] % 8) == 0 && (base % 8) == 0 && (t.ptr % 16) == 0;
+}
+__device__ __forceinline__ DmStage dm_stage_plan(const TD& k, i64 kbase, const TD& v, i64 vbase, int D) {
+  DmStage p;
+  const int per = D / 8;
+  p.ks = (const unsigned short*)k.ptr + kbase;
+  p.vs = (const unsigned short*)v.ptr + vbase;
+  p.krs = k.st[2];
+  p.vrs = v.st[2];
+  p.T = k.sh[2];
+  p.pol = l2_evict_first();
+  p.fast = dm_rows_fast(k, kbase) && dm_rows_fast(v, vbase) && (blockDim.x % per) == 0;
+  p.r0 = threadIdx.x / per;
+  p.rstep = blockDim.x / per;
+  p.c = (threadIdx.x % per) * 8;
+  return p;
+}
+// Keys t0 .. t0 + DM_KEYS - 1 of K, then of V, as two mq_stage(.., true) calls stage them
+// (zeros past T; one commit group each).
+__device__ __forceinline__ void dm_stage(const DmStage& p, const TD& k, i64 kbase, const TD& v, i64 vbase,
+                                         i64 t0, int D, unsigned short* kdst, unsigned short* vdst) {
+  if (!p.fast) {
+    mq_stage(k, kbase, t0, D, kdst, true);
+    mq_stage(v, vbase, t0, D, vdst, true);
+    return;
+  }
+  // rows past T: a 0-byte source fills the 16 bytes with zeros
+  for (int row = p.r0; row < DM_KEYS; row += p.rstep) {
+    const i64 tt = t0 + row;
+    cp_async16_hint(kdst + row * DM_LD + p.c, p.ks + min(tt, p.T - 1) * p.krs + p.c, tt < p.T, p.pol);
+  }
+  cp_async_commit();
+  for (int row = p.r0; row < DM_KEYS; row += p.rstep) {
+    const i64 tt = t0 + row;
+    cp_async16_hint(vdst + row * DM_LD + p.c, p.vs + min(tt, p.T - 1) * p.vrs + p.c, tt < p.T, p.pol);
+  }
+  cp_async_commit();
+}
+
 template <bool BF>
 __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
                                                   int has_mask, float scale, int group, i64 split_len,
@@ -957,11 +1010,9 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   __syncthreads();  // live bits complete
   // the planner keeps a split within DM_MAXT tiles
   const int nlist = min(ntile, DM_MAXT);
+  const DmStage plan = dm_stage_plan(k, kbase, v, vbase, D);
   int cur = dm_next_live(live, 0, nlist);
-  if (cur < nlist) {
-    mq_stage(k, kbase, t_begin + (i64)cur * DM_KEYS, D, kst, true);
-    mq_stage(v, vbase, t_begin + (i64)cur * DM_KEYS, D, vst, true);
-  }
+  if (cur < nlist) dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS, D, kst, vst);
   // With `pre`, everything above ran before the programmatic wait: the launch before this one
   // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
   // q, and row p of the staged tile again.
@@ -1015,8 +1066,8 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
       mv[j] = has_mask && ok[j] ? ld(mask, mbase + t * mask.st[3]) : 0.0f;
     }
     if (nxt < nlist) {
-      mq_stage(k, kbase, t_begin + (i64)nxt * DM_KEYS, D, kst + (buf ^ 1) * DM_STAGE_ELEMS, true);
-      mq_stage(v, vbase, t_begin + (i64)nxt * DM_KEYS, D, vst + (buf ^ 1) * DM_STAGE_ELEMS, true);
+      dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)nxt * DM_KEYS, D, kst + (buf ^ 1) * DM_STAGE_ELEMS,
+               vst + (buf ^ 1) * DM_STAGE_ELEMS);
       cp_async_wait_n<2>();  // this tile's two groups done, the next tile's two in flight
     } else {
       cp_async_wait_n<0>();
@@ -1095,29 +1146,36 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     }
   }
   __syncthreads();
-  for (int idx = tid; idx < group * D; idx += blockDim.x) {
-    const int hg = idx / D, d = idx % D;
+  // per head, its four warps' weights once; a thread's dims d = tid, tid + 128, ... (no
+  // division per element)
+  for (int hg = 0; hg < group; ++hg) {
     float M = -NPU_INF;
 #pragma unroll
     for (int w = 0; w < 4; ++w) M = fmaxf(M, xm[w * 8 + hg]);
-    float L = 0.0f, A = 0.0f;
+    float wt[4], L = 0.0f;
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const float mw = xm[w * 8 + hg];
-      const float wt = mw == -NPU_INF ? 0.0f : expf(mw - M);
-      L += xl[w * 8 + hg] * wt;
-      A += xa[(w * 8 + hg) * MQ_MAXD + d] * wt;
+      wt[w] = mw == -NPU_INF ? 0.0f : expf(mw - M);
+      L += xl[w * 8 + hg] * wt[w];
     }
     float* pp = part + ((b * H + kh * group + hg) * nsplit + split) * (i64)(D + 2);
-    if (d == 0) {
+    if (tid == 0) {
       pp[0] = M;
       pp[1] = L;
     }
-    pp[2 + d] = A;
+    for (int d = tid; d < D; d += blockDim.x) {
+      float A = 0.0f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) A += xa[(w * 8 + hg) * MQ_MAXD + d] * wt[w];
+      pp[2 + d] = A;
+    }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
+// At least three blocks an SM, as its shared memory allows: unbounded, CUDA 13.5's NVRTC gives
+// it 184 registers (two blocks an SM), the GPU machine's 162.
+extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
                                                                  float scale, int group, i64 split_len,
                                                                  int nsplit, float* part, TD pos, int pre) {
   prefetch_l2_attn_rows(k, split_len);

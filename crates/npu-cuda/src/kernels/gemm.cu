@@ -266,11 +266,18 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, int has_bias, float alpha,
-                                                           float beta, int act, TD out, TD nw, int has_norm,
-                                                           float eps) {
-  prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+// k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
+// With the dtype a constant, unpacking eight bf16 is eight shifts and masks instead of a
+// select between two conversions per element: the generic body issued ~117 instructions per
+// 512 bytes a warp streams in the gate/up GEMV (ncu, H100), its issue slots 46% busy.
+// Measured, not kept: also reading the operands' rank-dependent fields through unrolled
+// selects instead of a run-time index into the parameters (which copies them to local memory
+// first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
+template <int DT>
+__device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
+                                            float beta, int act, const TD& out, const TD& nw, int has_norm,
+                                            float eps) {
+  const int dt = dt_of<DT>(b);
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
   int r = out.rank;
@@ -300,18 +307,18 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
   }
   __syncthreads();
   if (has_norm) {
-    bool bf = a.dt == DT_BF16;
+    bool bf = dt == DT_BF16;
     float ss = 0.0f;
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
-      float v = h16_to_f32(as16[k], a.dt);
+      float v = h16_to_f32(as16[k], dt);
       ss += v * v;
     }
     ss = block_sum(ss);
     float inv = 1.0f / sqrtf(ss / (float)K + eps);
     i64 ws = nw.st[nw.rank - 1];
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
-      float v = h16_to_f32(as16[k], a.dt);
-      float y = round_dt(a.dt, v * inv) * ld(nw, k * ws);
+      float v = h16_to_f32(as16[k], dt);
+      float y = round_dt(dt, v * inv) * ld(nw, k * ws);
       as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
     }
     __syncthreads();
@@ -325,8 +332,8 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
         int v = v0 + 32 * u;
         if (v < nv) {
           float wf[8], xf[8];
-          unpack8(w[u], b.dt, wf);
-          unpack8(as4[v], b.dt, xf);
+          unpack8(w[u], dt, wf);
+          unpack8(as4[v], dt, xf);
 #pragma unroll
           for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
         }
@@ -347,6 +354,26 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16(TD a, TD b, TD bias, 
       st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
     }
   }
+}
+
+#define GEMV16_PARAMS                                                                                  \
+  TD a, TD b, TD bias, int has_bias, float alpha, float beta, int act, TD out, TD nw, int has_norm, \
+      float eps
+#define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
+extern "C" __global__ void __launch_bounds__(256) k_gemv16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<-1>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_bf16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_BF16>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_F16>(GEMV16_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

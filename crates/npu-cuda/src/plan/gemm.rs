@@ -146,8 +146,14 @@ impl Planner<'_> {
             } else {
                 groups
             };
+            // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16)
+            let func = if raw16 {
+                self.f_dt(name, &[dtype_code(a_dtype), dtype_code(b_dtype)])
+            } else {
+                self.f(name)
+            };
             let launch = kl(
-                self.f(name),
+                func,
                 (blocks as u32, batches.max(1) as u32, 1),
                 256,
                 smem as u32,
