@@ -191,6 +191,35 @@ __device__ __forceinline__ i64 imod(i64 a, i64 b) {
 __device__ __forceinline__ float ld(const TD& t, i64 off) { return ld_dt(t.ptr, t.dt, off); }
 __device__ __forceinline__ void st(const TD& t, i64 off, float v) { st_dt(t.ptr, t.dt, off, v); }
 
+// t.sh[d] and t.st[d] (0 <= d < MAXR) without a run-time index into t: a kernel parameter
+// indexed at run time is copied to local memory first (per thread, at the kernel's start),
+// and the load that needs it waits for that round trip. Cheap where it runs once per thread.
+__device__ __forceinline__ i64 at_sh(const TD& t, int d) {
+  i64 x = t.sh[0];
+#pragma unroll
+  for (int i = 1; i < MAXR; ++i) x = d == i ? t.sh[i] : x;
+  return x;
+}
+__device__ __forceinline__ i64 at_st(const TD& t, int d) {
+  i64 x = t.st[0];
+#pragma unroll
+  for (int i = 1; i < MAXR; ++i) x = d == i ? t.st[i] : x;
+  return x;
+}
+// offset_lead (below) through constant indices only (see at_sh); for once-per-thread use.
+__device__ __forceinline__ i64 offset_lead_u(const TD& t, int r, i64 lin) {
+  i64 off = 0;
+#pragma unroll
+  for (int d = MAXR - 1; d >= 0; --d) {
+    if (d < r && lin != 0) {
+      const i64 n = t.sh[d];
+      off += (lin % n) * t.st[d];
+      lin /= n;
+    }
+  }
+  return off;
+}
+
 // Offset of linear index `lin` over the first `r` dims of t. Index math runs per element in
 // most kernels, and a 64-bit division costs several times a 32-bit one: indices below 2^31
 // take 32-bit divisions, size-1 dims none, and the walk stops once the index is used up.

@@ -258,73 +258,73 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
 // wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
 #define GV_PREFETCH_ROW 4096
 __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
-  int r = out.rank;
-  i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int r = out.rank;
+  const i64 N = at_sh(out, r - 1), K = at_sh(a, r - 1);
+  const i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
   if ((threadIdx.x & 31) != 0 || n >= N) return;
-  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
+  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead_u(b, r - 2, blockIdx.y) + n * at_st(b, r - 1);
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
-// k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
-// With the dtype a constant, unpacking eight bf16 is eight shifts and masks instead of a
-// select between two conversions per element: the generic body issued ~117 instructions per
-// 512 bytes a warp streams in the gate/up GEMV (ncu, H100), its issue slots 46% busy.
-// Measured, not kept: also reading the operands' rank-dependent fields through unrolled
-// selects instead of a run-time index into the parameters (which copies them to local memory
-// first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
+// k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0):
+// with the dtype a constant, unpacking eight bf16 is eight integer instructions instead of a
+// select between two conversions per element (H100, ncu: the generic body issued ~117
+// instructions per 512 bytes a warp streams in the gate/up GEMV, 69 in the down GEMV, with
+// the issue slots 46% busy). The operands' rank-dependent fields are read through at_sh /
+// at_st: a kernel parameter indexed at run time is first copied to local memory, whose
+// round trip comes before the first weight load.
 template <int DT>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
                                             float eps) {
-  const int dt = dt_of<DT>(b);
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
-  int r = out.rank;
-  i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 batch = blockIdx.y;
-  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 groups = (N + 7) / 8;
+  const int dt = dt_of<DT>(b);
+  const int r = out.rank;
+  const i64 N = at_sh(out, r - 1), K = at_sh(a, r - 1);
+  const i64 batch = blockIdx.y;
+  const i64 ao = offset_lead_u(a, r - 2, batch), bo = offset_lead_u(b, r - 2, batch);
+  const i64 oo = offset_lead_u(out, r - 2, batch), os = at_st(out, r - 1);
+  const i64 bio = has_bias ? offset_lead_u(bias, r - 2, batch) : 0, bis = has_bias ? at_st(bias, r - 1) : 0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const i64 groups = (N + 7) / 8;
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
-  i64 bs = b.st[r - 1];
-  // a warp past N streams row N - 1 (in bounds) and stores nothing
-  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
-  int nv = (int)(K / 8);
+  const i64 bs = at_st(b, r - 1);
+  const int nv = (int)(K / 8);
   i64 g = blockIdx.x;
-  const uint4* row = row_of(g);
+  // a warp past N streams row N - 1 (in bounds) and stores nothing
+  const uint4* row = (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs);
   uint4 w[GV_U];
   gv_load(w, row, lane, nv);
   const unsigned short* ap = (const unsigned short*)a.ptr;
-  i64 ak = a.st[r - 1];
+  const i64 ak = at_st(a, r - 1);
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
     // contiguous, 16-byte aligned a (K % 8 == 0 here): one 16-byte load per thread and pass
     const uint4* a4 = (const uint4*)(ap + ao);
-    for (int v = threadIdx.x; v < (int)(K / 8); v += blockDim.x) as4[v] = a4[v];
+    for (int v = threadIdx.x; v < nv; v += blockDim.x) as4[v] = a4[v];
   } else {
 #pragma unroll 4
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[ao + k * ak];
   }
   __syncthreads();
   if (has_norm) {
-    bool bf = dt == DT_BF16;
     float ss = 0.0f;
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
       float v = h16_to_f32(as16[k], dt);
       ss += v * v;
     }
     ss = block_sum(ss);
-    float inv = 1.0f / sqrtf(ss / (float)K + eps);
-    i64 ws = nw.st[nw.rank - 1];
+    const float inv = 1.0f / sqrtf(ss / (float)K + eps);
+    const i64 ws = at_st(nw, nw.rank - 1);
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
       float v = h16_to_f32(as16[k], dt);
       float y = round_dt(dt, v * inv) * ld(nw, k * ws);
-      as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
+      as16[k] = dt == DT_BF16 ? f32_to_bf16(y) : f32_to_f16(y);
     }
     __syncthreads();
   }
   for (; g < groups; g += gridDim.x) {
-    i64 n = g * 8 + warp;
+    const i64 n = g * 8 + warp;
     float s = 0.0f;
     for (int v0 = lane;;) {
 #pragma unroll
@@ -343,15 +343,15 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       gv_load(w, row, v0, nv);
     }
     if (g + gridDim.x < groups) {
-      row = row_of(g + gridDim.x);
+      row = (const uint4*)(bp + min((g + gridDim.x) * 8 + warp, N - 1) * bs);
       gv_load(w, row, lane, nv);
     }
     s = warp_sum(s);
     if (lane == 0 && n < N) {
       float v = alpha * s;
-      if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
+      if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, bio + n * bis), out.dt);
       if (act >= 0) v = apply_unary(act, v);
-      st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+      st(out, oo + n * os, v);
     }
   }
 }
@@ -360,17 +360,17 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   TD a, TD b, TD bias, int has_bias, float alpha, float beta, int act, TD out, TD nw, int has_norm, \
       float eps
 #define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(GEMV16_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<-1>(GEMV16_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_bf16(GEMV16_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<DT_BF16>(GEMV16_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<DT_F16>(GEMV16_ARGS);
