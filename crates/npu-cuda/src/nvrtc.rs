@@ -60,6 +60,17 @@ pub(crate) fn compile_cached(src: &str, arch: (i32, i32), what: &str) -> CudaRes
 }
 
 fn compile(src: &str, arch: (i32, i32), what: &str) -> CudaResult<Vec<u8>> {
+    compile_with(src, arch, what, &[]).map(|(bin, _)| bin)
+}
+
+/// `compile` with `extra` NVRTC options; also returns the program log (ptxas's report where
+/// `extra` asks for it: `--ptxas-options=-v`).
+fn compile_with(
+    src: &str,
+    arch: (i32, i32),
+    what: &str,
+    extra: &[&str],
+) -> CudaResult<(Vec<u8>, String)> {
     use cudarc::nvrtc::{result, sys};
     let err = |message: String| CudaError::Compile {
         what: what.into(),
@@ -75,13 +86,23 @@ fn compile(src: &str, arch: (i32, i32), what: &str) -> CudaResult<Vec<u8>> {
     let c_src = std::ffi::CString::new(src).map_err(|_| err("source holds a NUL byte".into()))?;
     let prog = result::create_program(&c_src, Some(c"npu_kernels.cu"))
         .map_err(|e| err(format!("creating the program: {e:?}")))?;
-    let opts = [
+    let mut opts = vec![
         format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
         "--std=c++17".to_string(),
     ];
+    opts.extend(extra.iter().map(|o| o.to_string()));
     // SAFETY: `prog` was created above and is destroyed once, below; `c_src` outlives it.
     let out = unsafe {
         let compiled = result::compile_program(prog, &opts);
+        let log = result::get_program_log(prog)
+            .map(|l| {
+                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                String::from_utf8_lossy(&bytes)
+                    .trim_end_matches('\0')
+                    .trim()
+                    .to_string()
+            })
+            .unwrap_or_default();
         let out = match compiled {
             Ok(()) => {
                 let mut size = 0usize;
@@ -91,21 +112,10 @@ fn compile(src: &str, arch: (i32, i32), what: &str) -> CudaResult<Vec<u8>> {
                     bin.resize(size, 0u8);
                     sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr().cast()).result()
                 });
-                r.map(|()| bin)
+                r.map(|()| (bin, log))
                     .map_err(|e| err(format!("reading the CUBIN: {e:?}")))
             }
-            Err(e) => {
-                let log = result::get_program_log(prog)
-                    .map(|l| {
-                        let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
-                        String::from_utf8_lossy(&bytes)
-                            .trim_end_matches('\0')
-                            .trim()
-                            .to_string()
-                    })
-                    .unwrap_or_default();
-                Err(err(format!("{e:?}: {log}")))
-            }
+            Err(e) => Err(err(format!("{e:?}: {log}"))),
         };
         let _ = result::destroy_program(prog);
         out
@@ -134,12 +144,26 @@ mod tests {
             println!("SKIP: kernels_compile_with_nvrtc: libnvrtc is not installed");
             return;
         }
-        compile(
+        // NPU_CUDA_DUMP_DIR (scripts/kernel-sass.sh): the library's sm_90 CUBIN and ptxas's
+        // register and spill report, for reading the machine code without a GPU
+        let dump = std::env::var_os("NPU_CUDA_DUMP_DIR").map(std::path::PathBuf::from);
+        let extra: &[&str] = if dump.is_some() {
+            &["--ptxas-options=-v"]
+        } else {
+            &[]
+        };
+        let (bin, log) = compile_with(
             &crate::device::library_source(),
             (9, 0),
             "the kernel library",
+            extra,
         )
         .unwrap();
+        if let Some(dir) = dump {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("library.cubin"), bin).unwrap();
+            std::fs::write(dir.join("ptxas.log"), log).unwrap();
+        }
         let b = |shape: Vec<usize>, strides: Vec<usize>, dtype| Binding {
             slot: Slot::Arena,
             byte_offset: 0,
