@@ -178,6 +178,12 @@ impl CudaExecutable {
                 lt_cold,
             };
             // A group of steps in one launch: the first step holds it, the others none.
+            if let Some((n, p)) = planner.rope_cache_attention(&program.steps[i..]) {
+                scratch_need = scratch_need.max(p.scratch);
+                steps.push(p.launches);
+                steps.extend((1..n).map(|_| Vec::new()));
+                continue;
+            }
             if let Some((n, p)) = planner.rope_cache(&program.steps[i..]) {
                 steps.push(p.launches);
                 steps.extend((1..n).map(|_| Vec::new()));

@@ -243,31 +243,34 @@ fn rope_attention_program(dt: DType, t: usize) -> Program {
     };
     let q = [1, h, 1, d];
     let mut steps = g.steps;
+    steps.extend([step(
+        Kernel::Attention {
+            scale: 1.0 / (d as f32).sqrt(),
+            causal: false,
+        },
+        vec![
+            g.q_rot.clone(),
+            g.k_cache.clone(),
+            g.v_cache.clone(),
+            bind(Slot::Input(8), 0, &[1, h, 1, t], &[t, 0, t, 1], dt),
+        ],
+        vec![bind(Slot::Output(0), 0, &q, &dense_strides(&q), dt)],
+    )]);
+    // what the group writes, read after the attention
+    let copy_out = |from: &Binding, o| {
+        let to = bind(
+            Slot::Output(o),
+            0,
+            &from.shape,
+            &dense_strides(&from.shape),
+            dt,
+        );
+        step(Kernel::Copy, vec![from.clone()], vec![to])
+    };
     steps.extend([
-        step(
-            Kernel::Attention {
-                scale: 1.0 / (d as f32).sqrt(),
-                causal: false,
-            },
-            vec![
-                g.q_rot.clone(),
-                g.k_cache.clone(),
-                g.v_cache.clone(),
-                bind(Slot::Input(8), 0, &[1, h, 1, t], &[t, 0, t, 1], dt),
-            ],
-            vec![bind(Slot::Output(0), 0, &q, &dense_strides(&q), dt)],
-        ),
-        step(
-            Kernel::Copy,
-            vec![g.k_cache.clone()],
-            vec![bind(
-                Slot::Output(1),
-                0,
-                &g.k_cache.shape,
-                &g.k_cache.strides,
-                dt,
-            )],
-        ),
+        copy_out(&g.k_cache, 1),
+        copy_out(&g.v_cache, 2),
+        copy_out(&g.q_rot, 3),
     ]);
     let mut inputs = g.inputs;
     inputs.push(io("mask", &[1, 1, 1, t], dt));
@@ -276,12 +279,104 @@ fn rope_attention_program(dt: DType, t: usize) -> Program {
         target: "gpu".into(),
         compute_dtype: dt,
         inputs,
-        outputs: vec![io("attn", &q, dt), io("k_cache_out", &g.k_cache.shape, dt)],
+        outputs: vec![
+            io("attn", &q, dt),
+            io("k_cache_out", &g.k_cache.shape, dt),
+            io("v_cache_out", &g.v_cache.shape, dt),
+            io("q_rot", &q, dt),
+        ],
         sources: Vec::new(),
         weights: Vec::new(),
         constants: Vec::new(),
         arena_bytes: g.arena_bytes,
         steps,
+    }
+}
+
+/// The inputs of `rope_attention_program` with the cache written at `pos` of `t` slots and
+/// a mask admitting slots 0..=pos.
+fn rope_attention_inputs(p: &Program, t: usize, pos: usize) -> Vec<(&'static str, HostTensor)> {
+    let (h, kvh, d) = (HEADS, KV_HEADS, HEAD_DIM);
+    let angle: Vec<f32> = (0..d)
+        .map(|i| pos as f32 / 10f32.powf((i % (d / 2)) as f32 / 32.0))
+        .collect();
+    let mask: Vec<f32> = (0..t)
+        .map(|i| if i <= pos { 0.0 } else { -65504.0 })
+        .collect();
+    inputs(
+        p,
+        [
+            ("q", values(h * d, 1, 2.0)),
+            ("k", values(kvh * d, 2, 2.0)),
+            ("v", values(kvh * d, 3, 2.0)),
+            ("cos", angle.iter().map(|a| a.cos()).collect()),
+            ("sin", angle.iter().map(|a| a.sin()).collect()),
+            ("pos", vec![pos as f32]),
+            ("k_cache", values(kvh * t * d, 4, 2.0)),
+            ("v_cache", values(kvh * t * d, 5, 2.0)),
+            ("mask", mask),
+        ],
+    )
+    .into()
+}
+
+/// The RoPE / cache group and the decode attention after it in one launch
+/// (`k_attn_dec_rope`) give every output of the two launches (`NPU_CUDA_ROPE_ATTN=0`) bit for
+/// bit: the attention, both caches and the rotated queries; the written row first in its
+/// tile, inside one, the last slot, and in a split's later tile of a long cache; with the
+/// early reads (a step that writes nothing the attention reads just before the group) and
+/// without (the caches' copies just before it).
+#[test]
+fn decode_attention_takes_the_rope_cache_group_bit_for_bit() {
+    let Some(gpu) = device_or_skip("decode_attention_takes_the_rope_cache_group_bit_for_bit")
+    else {
+        return;
+    };
+    let cases = [
+        (DType::BF16, 256, 100, false),
+        (DType::BF16, 256, 0, true),
+        (DType::F16, 256, 255, true),
+        (DType::BF16, 32768, 20000, true),
+        (DType::F16, 32768, 31999, false),
+    ];
+    for (dt, t, pos, early) in cases {
+        let what = format!("{dt} t {t} pos {pos} early {early}");
+        let mut p = rope_attention_program(dt, t);
+        if early {
+            // between the caches' copies and the group, steps that write neither (q copied
+            // into spare arena bytes), as many as the planner looks back
+            let q = &p.inputs[0];
+            let (shape, off) = (q.shape.clone(), p.arena_bytes);
+            let strides = dense_strides(&shape);
+            p.arena_bytes += (shape.iter().product::<usize>() * dt.size_bytes()) as u64;
+            let copy = Step {
+                kernel: Kernel::Copy,
+                inputs: vec![bind(Slot::Input(0), 0, &shape, &strides, dt)],
+                outputs: vec![bind(Slot::Arena, off, &shape, &strides, dt)],
+                origin: "fusion test".into(),
+            };
+            for _ in 0..5 {
+                p.steps.insert(2, copy.clone());
+            }
+        }
+        let ins = rope_attention_inputs(&p, t, pos);
+        let prepared = |v: Option<&str>| {
+            match v {
+                Some(v) => std::env::set_var("NPU_CUDA_ROPE_ATTN", v),
+                None => std::env::remove_var("NPU_CUDA_ROPE_ATTN"),
+            }
+            let x = gpu
+                .prepare_cuda(&p, &npu_runtime::MemoryWeights::default())
+                .expect("prepare");
+            std::env::remove_var("NPU_CUDA_ROPE_ATTN");
+            x.library_kernels()
+        };
+        assert!(prepared(None).contains(&"k_attn_dec_rope"), "{what}");
+        assert!(!prepared(Some("0")).contains(&"k_attn_dec_rope"), "{what}");
+        let fused = run_switched(&gpu, &p, &ins, "NPU_CUDA_ROPE_ATTN", None);
+        let apart = run_switched(&gpu, &p, &ins, "NPU_CUDA_ROPE_ATTN", Some("0"));
+        assert_same_bits(&what, &fused, &apart);
+        assert_near_cpu(&what, &p, &ins, &fused);
     }
 }
 
@@ -291,34 +386,18 @@ fn decode_attention_reads_early_what_the_cache_group_leaves() {
     else {
         return;
     };
-    let (h, kvh, d, t) = (HEADS, KV_HEADS, HEAD_DIM, 256);
+    let t = 256;
+    // k_attn_dec_mma's own early reads: the group in a launch of its own
+    std::env::set_var("NPU_CUDA_ROPE_ATTN", "0");
     // the written row first in its tile, inside one, and the last slot
     for (dt, pos) in [(DType::BF16, 100), (DType::BF16, 0), (DType::F16, 255)] {
         let what = format!("{dt} pos {pos}");
         let p = rope_attention_program(dt, t);
-        let angle: Vec<f32> = (0..d)
-            .map(|i| pos as f32 / 10f32.powf((i % (d / 2)) as f32 / 32.0))
-            .collect();
-        let mask: Vec<f32> = (0..t)
-            .map(|i| if i <= pos { 0.0 } else { -65504.0 })
-            .collect();
-        let ins = inputs(
-            &p,
-            [
-                ("q", values(h * d, 1, 2.0)),
-                ("k", values(kvh * d, 2, 2.0)),
-                ("v", values(kvh * d, 3, 2.0)),
-                ("cos", angle.iter().map(|a| a.cos()).collect()),
-                ("sin", angle.iter().map(|a| a.sin()).collect()),
-                ("pos", vec![pos as f32]),
-                ("k_cache", values(kvh * t * d, 4, 2.0)),
-                ("v_cache", values(kvh * t * d, 5, 2.0)),
-                ("mask", mask),
-            ],
-        );
+        let ins = rope_attention_inputs(&p, t, pos);
         let early = run_switched(&gpu, &p, &ins, "NPU_CUDA_ATTN_PRE", None);
         let late = run_switched(&gpu, &p, &ins, "NPU_CUDA_ATTN_PRE", Some("0"));
         assert_same_bits(&what, &early, &late);
         assert_near_cpu(&what, &p, &ins, &early);
     }
+    std::env::remove_var("NPU_CUDA_ROPE_ATTN");
 }

@@ -886,6 +886,8 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
 // dynamic shared memory: two stages of K and V tiles, then the live-tile bits
 #define DM_STAGE_ELEMS (DM_KEYS * DM_LD)
 #define DM_SMEM_BYTES (4 * DM_STAGE_ELEMS * 2 + DM_MAXT / 8)
+// k_attn_dec_rope's: then the rotated queries of the block's heads and the written K and V row
+#define DM_ROPE_SMEM_BYTES (DM_SMEM_BYTES + (DMAXG + 2) * MQ_MAXD * 2)
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait_n() {
@@ -954,11 +956,15 @@ __device__ __forceinline__ void dm_stage(const DmStage& p, const TD& k, i64 kbas
   cp_async_commit();
 }
 
-template <bool BF>
+// The RoPE / cache group's operands k_attn_dec_rope takes over (see there); unused otherwise.
+#define DEC_ROPE_PARAMS_T(T) T x0, T c0, T s0, T x1, T c1, T s1, T out1, T src2, int *err, int step1, int step2
+#define DEC_ROPE_ARGS x0, c0, s0, x1, c1, s1, out1, src2, err, step1, step2
+
+template <bool BF, bool ROPE>
 __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
                                                   int has_mask, float scale, int group, i64 split_len,
                                                   int nsplit, float* part, unsigned char* dsm, const TD& pos,
-                                                  int pre) {
+                                                  int pre, DEC_ROPE_PARAMS_T(const TD&)) {
   unsigned short* kst = (unsigned short*)dsm;  // [2][DM_KEYS][DM_LD]
   unsigned short* vst = kst + 2 * DM_STAGE_ELEMS;  // [2][DM_KEYS][DM_LD]
   unsigned* live = (unsigned*)(vst + 2 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
@@ -1013,10 +1019,51 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   const DmStage plan = dm_stage_plan(k, kbase, v, vbase, D);
   int cur = dm_next_live(live, 0, nlist);
   if (cur < nlist) dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS, D, kst, vst);
-  // With `pre`, everything above ran before the programmatic wait: the launch before this one
-  // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
-  // q, and row p of the staged tile again.
-  if (pre) {
+  // ROPE: this launch is the RoPE / cache group too. After the wait every block rotates its
+  // heads' queries into shared memory, and the block whose keys hold position p the written K
+  // row (V's as given); split 0's block stores what the group's steps store (the rotated
+  // queries and keys, both cache rows). A tile holding p gets that row from shared memory,
+  // whatever its copy read from the cache row another block is writing.
+  i64 rope_p = -1;
+  unsigned short* qsm = (unsigned short*)(live + DM_MAXT / 32);  // [group][D], then K and V rows
+  unsigned short* krow = qsm + DMAXG * MQ_MAXD;
+  unsigned short* vrow = krow + MQ_MAXD;
+  if (ROPE) {
+    if (pre) pdl_enter();
+    rope_p = ldi_dt(pos.ptr, pos.dt, 0);
+    const bool writer = split == 0;
+    for (int idx = tid; idx < group * D; idx += blockDim.x) {
+      const int hg = idx / D, d = idx % D;
+      const i64 e = ((b * H + kh * group + hg) * q.sh[2]) * D + d;
+      const float r = rope_elem<BF ? DT_BF16 : DT_F16>(x0, c0, s0, q, e, writer);
+      qsm[hg * D + d] = BF ? f32_to_bf16(r) : f32_to_f16(r);
+    }
+    if (writer || (rope_p >= t_begin && rope_p < t_end)) {
+      for (int d = tid; d < D; d += blockDim.x) {
+        const i64 e = ((b * KVH + kh) * x1.sh[2]) * D + d;
+        const float r = rope_elem<BF ? DT_BF16 : DT_F16>(x1, c1, s1, out1, e, writer);
+        krow[d] = BF ? f32_to_bf16(r) : f32_to_f16(r);
+        i64 so, dof;
+        const bool in_k = index_copy_at(pos, out1, k, 2, e, &so, &dof);
+        if (writer) {
+          if (in_k) st_dt(k.ptr, k.dt, dof, r);
+          else report(err, step1);
+        }
+        const bool in_v = index_copy_at(pos, src2, v, 2, e, &so, &dof);
+        const unsigned short raw = ((const unsigned short*)src2.ptr)[so];
+        vrow[d] = raw;
+        if (writer) {
+          if (in_v) ((unsigned short*)v.ptr)[dof] = raw;
+          else report(err, step2);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // With `pre` (and not ROPE), everything above ran before the programmatic wait: the launch
+  // before this one (the RoPE / cache group) writes only row `p` of K and V among what it read.
+  // After the wait, q, and row p of the staged tile again.
+  if (pre && !ROPE) {
     pdl_enter();
     const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
     const i64 t0 = t_begin + (i64)cur * DM_KEYS;
@@ -1045,8 +1092,13 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
     if (kc < nkc) {
       const int d = kc * 16 + tq * 2;
-      qa[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
-      qa[kc][2] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
+      if (ROPE) {
+        qa[kc][0] = qrow ? *(const unsigned*)(qsm + g * D + d) : 0u;
+        qa[kc][2] = qrow ? *(const unsigned*)(qsm + g * D + d + 8) : 0u;
+      } else {
+        qa[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
+        qa[kc][2] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
+      }
       qa[kc][1] = qa[kc][3] = 0u;
     }
   }
@@ -1073,6 +1125,14 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
       cp_async_wait_n<0>();
     }
     __syncthreads();
+    if (ROPE && rope_p >= t0 && rope_p < t0 + DM_KEYS && rope_p < T) {
+      const int r = (int)(rope_p - t0);
+      for (int d = tid; d < D; d += blockDim.x) {
+        kst[buf * DM_STAGE_ELEMS + r * DM_LD + d] = krow[d];
+        vst[buf * DM_STAGE_ELEMS + r * DM_LD + d] = vrow[d];
+      }
+      __syncthreads();
+    }
     const unsigned short* ks = kst + buf * DM_STAGE_ELEMS;
     const unsigned short* vs = vst + buf * DM_STAGE_ELEMS;
     float sc[2][4];
@@ -1184,9 +1244,37 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char dm_smem[];
   if (q.dt == DT_BF16) {
-    attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
+    attn_dec_mma_body<true, false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos,
+                                   pre, q, q, q, q, q, q, q, q, nullptr, 0, 0);
   } else {
-    attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
+    attn_dec_mma_body<false, false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos,
+                                    pre, q, q, q, q, q, q, q, q, nullptr, 0, 0);
+  }
+#endif
+}
+
+// k_attn_dec_mma with the layer's RoPE / cache group in its launch (plan/attention.rs,
+// Planner::rope_cache_attention): the group's x0 (queries), c0, s0 -> q (their rotation, which
+// the attention reads), x1 (keys), c1, s1 -> out1, written into the K cache k at row pos[0],
+// and src2 (values) into the V cache v there; err, step1, step2 as k_rope_cache's. Every
+// operand but pos is 16-bit of q's dtype, the caches' sequence dim is 2, one position a call
+// (the planner checks). `pre`: the launch before the group writes neither the mask nor the
+// caches, so the mask and the first tile are read before the programmatic wait.
+extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_rope(TD q, TD k, TD v, TD mask, int has_mask,
+                                                                  float scale, int group, i64 split_len,
+                                                                  int nsplit, float* part, TD pos, int pre,
+                                                                  DEC_ROPE_PARAMS_T(TD)) {
+  prefetch_l2_attn_rows(k, split_len);
+  prefetch_l2_attn_rows(v, split_len);
+  if (!pre) pdl_enter();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(16) unsigned char dr_smem[];
+  if (q.dt == DT_BF16) {
+    attn_dec_mma_body<true, true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dr_smem, pos,
+                                  pre, DEC_ROPE_ARGS);
+  } else {
+    attn_dec_mma_body<false, true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dr_smem, pos,
+                                   pre, DEC_ROPE_ARGS);
   }
 #endif
 }

@@ -79,10 +79,12 @@ extern "C" __global__ void k_index_copy(TD index, TD src, TD dest, int axis, i64
     index_copy_elem<-1>(index, src, dest, axis, e, err, step);
 }
 
-// Element e of rotate-half RoPE, x * cos + rotate_half(x) * sin, stored at out's element e;
-// returns the stored (rounded) value. DT as in dt_of: x, c, s and out of dtype DT where DT >= 0.
+// Element e of rotate-half RoPE, x * cos + rotate_half(x) * sin, stored at out's element e
+// (unless !store); returns the stored (rounded) value. DT as in dt_of: x, c, s and out of dtype
+// DT where DT >= 0.
 template <int DT>
-__device__ __forceinline__ float rope_elem(const TD& x, const TD& c, const TD& s, const TD& out, i64 e) {
+__device__ __forceinline__ float rope_elem(const TD& x, const TD& c, const TD& s, const TD& out, i64 e,
+                                           bool store = true) {
   int r = x.rank;
   i64 d = x.sh[r - 1], h = d / 2;
   i64 row = idiv(e, d), i = e - row * d;
@@ -94,7 +96,7 @@ __device__ __forceinline__ float rope_elem(const TD& x, const TD& c, const TD& s
   float sv = ld_dt(s.ptr, dt_of<DT>(s), offset_lead(s, r - 1, row) + i * s.st[r - 1]);
   const int od = dt_of<DT>(out);
   float v = round_dt(od, xv * cv + rot * sv);
-  st_dt(out.ptr, od, offset_lead(out, r - 1, row) + i * out.st[r - 1], v);
+  if (store) st_dt(out.ptr, od, offset_lead(out, r - 1, row) + i * out.st[r - 1], v);
   return v;
 }
 

@@ -24,7 +24,7 @@ const MQ_MAXD: usize = 128;
 /// (kernels/attention.cu: DM_KEYS, DM_MAXT, DM_SMEM_BYTES).
 const DM_KEYS: usize = 64;
 const DM_MAXT: usize = 1024;
-const DM_SMEM_BYTES: u32 = (4 * DM_KEYS * (MQ_MAXD + 8) * 2 + DM_MAXT / 8) as u32;
+pub(super) const DM_SMEM_BYTES: u32 = (4 * DM_KEYS * (MQ_MAXD + 8) * 2 + DM_MAXT / 8) as u32;
 /// Resident `k_attn_dec_mma` blocks per SM its shared memory allows (3 x 69.8 KB of 228 KB):
 /// the split is sized so the grid is one such wave (H100, Qwen2.5-1.5B decode at 32000 keys:
 /// 2.95 ms at this sizing, 2.98 / 3.12 for 2 / 1.5 blocks per SM, 3.19 for two waves).

@@ -16,6 +16,7 @@ mod gemm;
 mod persist;
 mod pointwise;
 mod pool;
+mod rope_attention;
 mod rope_cache;
 mod rows;
 
