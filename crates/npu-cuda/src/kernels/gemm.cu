@@ -256,11 +256,20 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
 // k_gemv16's prefetch: warp w's lane 0 fetches the first GV_PREFETCH_ROW bytes of its first
 // column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
 // wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
+// Lanes 1 and 2 of warp 0 fetch the other weights the block reads on its critical path: the
+// norm prologue's weight (all K, read right after the sum of squares) and its first column
+// group's bias (16-bit, contiguous, first batch; read by the epilogue), a DRAM round trip each
+// on the launch's critical path where a block has one column group (the q/k/v GEMV).
 #define GV_PREFETCH_ROW 4096
-__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
+__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out, const TD& bias,
+                                                     int has_bias, const TD& nw, int has_norm) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
   i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (threadIdx.x == 1 && has_norm && is16_dt(nw.dt) && nw.st[nw.rank - 1] == 1)
+    prefetch_l2((const void*)nw.ptr, (u64)K * 2);
+  if (threadIdx.x == 2 && blockIdx.y == 0 && has_bias && is16_dt(bias.dt) && bias.st[r - 1] == 1 && n + 8 <= N)
+    prefetch_l2((const unsigned short*)bias.ptr + n, 16);
   if ((threadIdx.x & 31) != 0 || n >= N) return;
   const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
@@ -361,17 +370,17 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       float eps
 #define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+  prefetch_l2_gemv_row(a, b, out, bias, has_bias, nw, has_norm);
   pdl_enter();
   gemv16_body<-1>(GEMV16_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_bf16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+  prefetch_l2_gemv_row(a, b, out, bias, has_bias, nw, has_norm);
   pdl_enter();
   gemv16_body<DT_BF16>(GEMV16_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+  prefetch_l2_gemv_row(a, b, out, bias, has_bias, nw, has_norm);
   pdl_enter();
   gemv16_body<DT_F16>(GEMV16_ARGS);
 }
