@@ -288,6 +288,12 @@ __device__ __forceinline__ void cp_async16_hint(void* dst, const void* src, bool
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 
+// Rows of t from element `base` that 16-byte copies can stage: contiguous along the last dim,
+// every row start 16-byte aligned (16-bit elements).
+__device__ __forceinline__ bool rows_vec16(const TD& t, i64 base) {
+  return t.st[3] == 1 && (t.st[2] % 8) == 0 && (base % 8) == 0 && (t.ptr % 16) == 0;
+}
+
 // Stages keys t0 .. t0 + MQ_KEYS - 1 of a K or V tile as [key][d] rows MQ_MAXD + 8 apart, zeros
 // past T: 16-byte cp.async copies (all in flight, no registers) where rows are contiguous and
 // aligned, element loads otherwise. The caller waits (cp_async_wait) and syncs. `once`: no
@@ -296,7 +302,7 @@ __device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, u
                                          bool once = false) {
   i64 T = t.sh[2];
   const unsigned short* src = (const unsigned short*)t.ptr;
-  bool vec = t.st[3] == 1 && (t.st[2] % 8) == 0 && (base % 8) == 0 && (t.ptr % 16) == 0;
+  bool vec = rows_vec16(t, base);
   int per = D / 8;
   const u64 pol = once ? l2_evict_first() : 0;
   for (int idx = threadIdx.x; idx < MQ_KEYS * per; idx += blockDim.x) {
@@ -914,9 +920,6 @@ struct DmStage {
   u64 pol;
   int r0, rstep, c, fast;
 };
-__device__ __forceinline__ bool dm_rows_fast(const TD& t, i64 base) {
-  return t.st[3] == 1 && (t.st[2] % 8) == 0 && (base % 8) == 0 && (t.ptr % 16) == 0;
-}
 __device__ __forceinline__ DmStage dm_stage_plan(const TD& k, i64 kbase, const TD& v, i64 vbase, int D) {
   DmStage p;
   const int per = D / 8;
@@ -926,7 +929,7 @@ __device__ __forceinline__ DmStage dm_stage_plan(const TD& k, i64 kbase, const T
   p.vrs = v.st[2];
   p.T = k.sh[2];
   p.pol = l2_evict_first();
-  p.fast = dm_rows_fast(k, kbase) && dm_rows_fast(v, vbase) && (blockDim.x % per) == 0;
+  p.fast = rows_vec16(k, kbase) && rows_vec16(v, vbase) && (blockDim.x % per) == 0;
   p.r0 = threadIdx.x / per;
   p.rstep = blockDim.x / per;
   p.c = (threadIdx.x % per) * 8;
