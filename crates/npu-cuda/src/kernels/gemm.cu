@@ -236,13 +236,15 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 }
 
 // M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
-// conflict-free), b rows stream through 16-byte loads, GV_U in flight per lane. One warp per
+// conflict-free, copied by cp.async all in flight), b rows stream through 16-byte loads, GV_U
+// in flight per lane. One warp per
 // output column; a block takes groups of 8 columns, gridDim.x apart (the planner launches at
 // most a few blocks per SM, so a wide matrix pays the staging once per block, not once per 8
 // columns). A column's first loads are issued before the previous column's reduction and
 // store, and the first column's before a is staged (b is a weight: no kernel writes it).
 // Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`: the staged row is RMS-normalized
-// first, as k_rms_norm computes it (every block normalizes its own copy).
+// first, as k_rms_norm computes it (every block normalizes its own copy; the norm weight is
+// staged beside a where its layout allows, so no global read follows the staging's).
 #define GV_U 4
 // b is read once per call: its lines are loaded evict-first (ld.global.cs), so streaming a
 // matrix larger than L2 does not evict the activations and the next kernel's L2 prefetch
@@ -264,6 +266,15 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   if ((threadIdx.x & 31) != 0 || n >= N) return;
   const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
+}
+
+// Copies n 16-byte units from `src`, then m from `src2`, to consecutive shared `dst` units by
+// cp.async (every unit in flight, no registers held), and waits for them; the caller syncs.
+// A loop of loads and stores waited on each unit: five round trips a thread for a K = 8960 row.
+__device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n, const uint4* src2, int m) {
+  for (int v = threadIdx.x; v < n + m; v += blockDim.x) cp_async16(dst + v, v < n ? src + v : src2 + (v - n), true);
+  cp_async_commit();
+  cp_async_wait();
 }
 
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
@@ -297,13 +308,16 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   gv_load(w, row, lane, nv);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
+  // The norm weight, where it is a contiguous, 16-byte aligned row of a's dtype, is staged
+  // right after a (the planner gives a normalized GEMV 4 K bytes), in the same batch of loads.
+  const bool nw_vec = has_norm && nw.dt == dt && nw.st[nw.rank - 1] == 1 && (nw.ptr & 15) == 0;
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
-    // contiguous, 16-byte aligned a (K % 8 == 0 here): one 16-byte load per thread and pass
-    const uint4* a4 = (const uint4*)(ap + ao);
-    for (int v = threadIdx.x; v < (int)(K / 8); v += blockDim.x) as4[v] = a4[v];
+    // contiguous, 16-byte aligned a (K % 8 == 0 here)
+    stage_vec16(as4, (const uint4*)(ap + ao), nv, nw_vec ? (const uint4*)nw.ptr : nullptr, nw_vec ? nv : 0);
   } else {
 #pragma unroll 4
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[ao + k * ak];
+    if (nw_vec) stage_vec16(as4 + nv, (const uint4*)nw.ptr, nv, nullptr, 0);
   }
   __syncthreads();
   if (has_norm) {
@@ -315,11 +329,29 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     }
     ss = block_sum(ss);
     float inv = 1.0f / sqrtf(ss / (float)K + eps);
-    i64 ws = nw.st[nw.rank - 1];
-    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
-      float v = h16_to_f32(as16[k], dt);
-      float y = round_dt(dt, v * inv) * ld(nw, k * ws);
-      as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
+    if (nw_vec) {
+      // elementwise, 8 a thread: no global load on the block's critical path
+      for (int v = threadIdx.x; v < nv; v += blockDim.x) {
+        float xf[8], wf[8];
+        unpack8(as4[v], dt, xf);
+        unpack8(as4[nv + v], dt, wf);
+        unsigned o[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float y0 = round_dt(dt, xf[2 * i] * inv) * wf[2 * i];
+          float y1 = round_dt(dt, xf[2 * i + 1] * inv) * wf[2 * i + 1];
+          unsigned h0 = bf ? f32_to_bf16(y0) : f32_to_f16(y0), h1 = bf ? f32_to_bf16(y1) : f32_to_f16(y1);
+          o[i] = h0 | (h1 << 16);
+        }
+        as4[v] = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+    } else {
+      i64 ws = nw.st[nw.rank - 1];
+      for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+        float v = h16_to_f32(as16[k], dt);
+        float y = round_dt(dt, v * inv) * ld(nw, k * ws);
+        as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
+      }
     }
     __syncthreads();
   }
