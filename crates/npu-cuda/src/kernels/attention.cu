@@ -274,20 +274,6 @@ __device__ __forceinline__ unsigned ld_pair(const TD& t, i64 off) {
   return *(const unsigned*)((const unsigned short*)t.ptr + off);
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-// 16 bytes from global `src` to shared `dst` without passing through registers; `fill` false
-// writes zeros instead (src must still be a valid address). Completes at cp_async_wait().
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(fill ? 16u : 0u));
-}
-// cp_async16 with an L2 eviction policy (l2_evict_first, ...) for the lines it reads.
-__device__ __forceinline__ void cp_async16_hint(void* dst, const void* src, bool fill, u64 pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(fill ? 16u : 0u), "l"(pol));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-
 // Rows of t from element `base` that 16-byte copies can stage: contiguous along the last dim,
 // every row start 16-byte aligned (16-bit elements).
 __device__ __forceinline__ bool rows_vec16(const TD& t, i64 base) {
@@ -324,7 +310,6 @@ __device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, u
   }
   cp_async_commit();
 }
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // B fragments of O += P V for one 16-key step and two 8-dim tiles: V stored [key][d], read
 // transposed by ldmatrix (lanes 0-15 address keys 0-15 at dims n0, lanes 16-31 at n0 + 8).

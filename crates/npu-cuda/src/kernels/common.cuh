@@ -53,6 +53,22 @@ __device__ __forceinline__ u64 l2_evict_last() {
   return pol;
 }
 
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16 bytes from global `src` to shared `dst` without passing through registers; `fill` false
+// writes zeros instead (src must still be a valid address). Completes at cp_async_wait().
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(fill ? 16u : 0u));
+}
+// cp_async16 with an L2 eviction policy (l2_evict_first, ...) for the lines it reads.
+__device__ __forceinline__ void cp_async16_hint(void* dst, const void* src, bool fill, u64 pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(fill ? 16u : 0u), "l"(pol));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+// Waits for every cp.async group this thread committed.
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
 // Before pdl_enter() a kernel may only prefetch into L2: statements calling prefetch_l2* (the
 // device unit test checks this). While the previous grid runs, a kernel's blocks can already
 // be resident, and fetching the weights they will stream overlaps its tail. L2 is where every

@@ -266,6 +266,15 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
+// Copies n 16-byte units from `src`, then m from `src2`, to consecutive shared `dst` units by
+// cp.async (every unit in flight, no registers held), and waits for them; the caller syncs.
+// A loop of loads and stores waited on each unit: five round trips a thread for a K = 8960 row.
+__device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n, const uint4* src2, int m) {
+  for (int v = threadIdx.x; v < n + m; v += blockDim.x) cp_async16(dst + v, v < n ? src + v : src2 + (v - n), true);
+  cp_async_commit();
+  cp_async_wait();
+}
+
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
 // With the dtype a constant, unpacking eight bf16 is eight shifts and masks instead of a
 // select between two conversions per element: the generic body issued ~117 instructions per
@@ -297,13 +306,23 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   gv_load(w, row, lane, nv);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
+  // The norm weight, where it is a contiguous, 16-byte aligned row of a's dtype, is staged
+  // right after a (the planner gives a normalized GEMV 4 K bytes), in the same batch of loads.
+  const bool nw_vec = has_norm && nw.dt == dt && nw.st[nw.rank - 1] == 1 && (nw.ptr & 15) == 0;
+  // The first group's bias (or residual) values, read with the staging loads rather than after
+  // the reduction (the q/k/v, o and down GEMVs run one group a block: a round trip each).
+  __shared__ float bias0[8];
+  if (has_bias && threadIdx.x < 8) {
+    i64 n0 = min(g * 8 + threadIdx.x, N - 1);
+    bias0[threadIdx.x] = ld(bias, offset_lead(bias, r - 2, batch) + n0 * bias.st[r - 1]);
+  }
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
-    // contiguous, 16-byte aligned a (K % 8 == 0 here): one 16-byte load per thread and pass
-    const uint4* a4 = (const uint4*)(ap + ao);
-    for (int v = threadIdx.x; v < (int)(K / 8); v += blockDim.x) as4[v] = a4[v];
+    // contiguous, 16-byte aligned a (K % 8 == 0 here)
+    stage_vec16(as4, (const uint4*)(ap + ao), nv, nw_vec ? (const uint4*)nw.ptr : nullptr, nw_vec ? nv : 0);
   } else {
 #pragma unroll 4
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[ao + k * ak];
+    if (nw_vec) stage_vec16(as4 + nv, (const uint4*)nw.ptr, nv, nullptr, 0);
   }
   __syncthreads();
   if (has_norm) {
@@ -315,11 +334,29 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     }
     ss = block_sum(ss);
     float inv = 1.0f / sqrtf(ss / (float)K + eps);
-    i64 ws = nw.st[nw.rank - 1];
-    for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
-      float v = h16_to_f32(as16[k], dt);
-      float y = round_dt(dt, v * inv) * ld(nw, k * ws);
-      as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
+    if (nw_vec) {
+      // elementwise, 8 a thread: no global load on the block's critical path
+      for (int v = threadIdx.x; v < nv; v += blockDim.x) {
+        float xf[8], wf[8];
+        unpack8(as4[v], dt, xf);
+        unpack8(as4[nv + v], dt, wf);
+        unsigned o[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float y0 = round_dt(dt, xf[2 * i] * inv) * wf[2 * i];
+          float y1 = round_dt(dt, xf[2 * i + 1] * inv) * wf[2 * i + 1];
+          unsigned h0 = bf ? f32_to_bf16(y0) : f32_to_f16(y0), h1 = bf ? f32_to_bf16(y1) : f32_to_f16(y1);
+          o[i] = h0 | (h1 << 16);
+        }
+        as4[v] = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+    } else {
+      i64 ws = nw.st[nw.rank - 1];
+      for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+        float v = h16_to_f32(as16[k], dt);
+        float y = round_dt(dt, v * inv) * ld(nw, k * ws);
+        as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
+      }
     }
     __syncthreads();
   }
@@ -349,7 +386,10 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     s = warp_sum(s);
     if (lane == 0 && n < N) {
       float v = alpha * s;
-      if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
+      if (has_bias) {
+        float bv = g == blockIdx.x ? bias0[warp] : ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]);
+        v = add_bias(has_bias, v, beta, bv, out.dt);
+      }
       if (act >= 0) v = apply_unary(act, v);
       st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
     }

@@ -132,7 +132,8 @@ impl Planner<'_> {
         let null = TdArg::null();
         if gemv {
             let (name, smem) = if raw16 {
-                ("k_gemv16", k * 2)
+                // a, then (normalized) the norm weight, both staged raw
+                ("k_gemv16", k * 2 * (1 + norm.1 as usize))
             } else {
                 ("k_gemv", k * 4)
             };
