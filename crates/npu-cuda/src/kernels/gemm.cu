@@ -269,12 +269,12 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
 }
 
 // Copies n 16-byte units from `src`, then m from `src2`, to consecutive shared `dst` units by
-// cp.async (every unit in flight, no registers held), and waits for them; the caller syncs.
-// A loop of loads and stores waited on each unit: five round trips a thread for a K = 8960 row.
+// cp.async (every unit in flight, no registers held); the caller waits (cp_async_wait) and
+// syncs. A loop of loads and stores waited on each unit: five round trips a thread for a
+// K = 8960 row.
 __device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n, const uint4* src2, int m) {
   for (int v = threadIdx.x; v < n + m; v += blockDim.x) cp_async16(dst + v, v < n ? src + v : src2 + (v - n), true);
   cp_async_commit();
-  cp_async_wait();
 }
 
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
@@ -319,6 +319,16 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[ao + k * ak];
     if (nw_vec) stage_vec16(as4 + nv, (const uint4*)nw.ptr, nv, nullptr, 0);
   }
+  // The first group's bias (or residual) values, in flight with the copies (the q/k/v, o and
+  // down GEMVs run one group a block: read after the reduction, a round trip on its end).
+  // Measured, not kept: the same read before the copies were issued (threads 0-7 held them
+  // back a round trip, every block's staging with them): 1.886 -> 1.923 ms.
+  __shared__ float bias0[8];
+  if (has_bias && threadIdx.x < 8) {
+    i64 n0 = min(g * 8 + threadIdx.x, N - 1);
+    bias0[threadIdx.x] = ld(bias, offset_lead(bias, r - 2, batch) + n0 * bias.st[r - 1]);
+  }
+  cp_async_wait();
   __syncthreads();
   if (has_norm) {
     bool bf = dt == DT_BF16;
@@ -381,7 +391,10 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     s = warp_sum(s);
     if (lane == 0 && n < N) {
       float v = alpha * s;
-      if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
+      if (has_bias) {
+        float bv = g == blockIdx.x ? bias0[warp] : ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]);
+        v = add_bias(has_bias, v, beta, bv, out.dt);
+      }
       if (act >= 0) v = apply_unary(act, v);
       st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
     }
