@@ -237,14 +237,14 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 
 // M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
 // conflict-free, copied by cp.async all in flight), b rows stream through 16-byte loads, GV_U
-// in flight per lane. One warp per
-// output column; a block takes groups of 8 columns, gridDim.x apart (the planner launches at
-// most a few blocks per SM, so a wide matrix pays the staging once per block, not once per 8
-// columns). A column's first loads are issued before the previous column's reduction and
-// store, and the first column's before a is staged (b is a weight: no kernel writes it).
-// Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`: the staged row is RMS-normalized
-// first, as k_rms_norm computes it (every block normalizes its own copy; the norm weight is
-// staged beside a where its layout allows, so no global read follows the staging's).
+// in flight per lane. One warp per output column; a block takes groups of 8 columns,
+// gridDim.x apart (the planner launches at most a few blocks per SM, so a wide matrix pays the
+// staging once per block, not once per 8 columns). A column's first loads are issued before
+// the previous column's reduction and store, and the first column's before a is staged (b is
+// a weight: no kernel writes it). Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`:
+// the staged row is RMS-normalized first, as k_rms_norm computes it (every block normalizes
+// its own copy; the norm weight is staged beside a where its layout allows, so no global read
+// follows the staging's).
 #define GV_U 4
 // b is read once per call: its lines are loaded evict-first (ld.global.cs), so streaming a
 // matrix larger than L2 does not evict the activations and the next kernel's L2 prefetch
