@@ -7,13 +7,14 @@
 # programmatic overlap) and flushes L2 between them: read the per-kernel limits, not the
 # replayed graph's time.
 #   scripts/gpu-kernel-ncu.sh DECODE.npubin [POSITION] [KERNEL_REGEX] [SKIP] [COUNT]
-# Defaults: position 1000, k_gemv16, skip 100 matching launches (preparation's and the first
-# runs'; decode-at runs at least nine steps: 113 k_gemv16 or 28 k_attn_dec_mma launches each),
-# count 4. Writes $OUT/kernel-ncu.txt; the stall reasons are the
+# Defaults: position 1000, k_gemv16 and its dtype instances, skip 100 matching launches
+# (preparation's and the first runs'; decode-at runs at least nine steps: 113 k_gemv16 or 28
+# k_attn_dec_mma launches each), count 4 (a layer's q/k/v, o, gate/up and down GEMVs). Writes $OUT/kernel-ncu.txt (with the
+# memory workload section: L2 hit rate, DRAM throughput); the stall reasons are the
 # smsp__average_warps_issue_stalled_* rows (cycles per issued instruction).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prog=$1 pos=${2:-1000} kernel=${3:-k_gemv16} skip=${4:-100} count=${5:-4}
+prog=$1 pos=${2:-1000} kernel=${3:-k_gemv16(_bf16|_f16)?} skip=${4:-100} count=${5:-4}
 out=${OUT:-/tmp/npu-gpu-out}
 mkdir -p "$out"
 export NPU_CUDA_CACHE=${NPU_CUDA_CACHE:-/tmp/npu-cuda-cache}
@@ -25,5 +26,5 @@ bench=(.device/npu-cuda-bench decode-at --decode "$prog" --weights random --posi
     --section InstructionStats --section SchedulerStats --section SourceCounters \
     --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
     "${bench[@]}" >"$out/kernel-ncu.txt" 2>&1 || true
-grep -E "k_[a-z0-9_]+|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Limit|Stall|stalled|Warp Cycles Per Issued|Grid Size|Shared Memory Config|Executed Ipc|Issue Slots|Pipe" \
+grep -E "k_[a-z0-9_]+|Duration|DRAM Throughput|Memory Throughput|Mem Busy|Max Bandwidth|L1/TEX Hit Rate|L2 Hit Rate|Mem Pipes Busy|Achieved Occupancy|Registers Per|Block Limit|Stall|stalled|Warp Cycles Per Issued|Grid Size|Shared Memory Config|Executed Ipc|Issue Slots|Pipe" \
     "$out/kernel-ncu.txt" | head -150
