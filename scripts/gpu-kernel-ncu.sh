@@ -9,9 +9,10 @@
 #   scripts/gpu-kernel-ncu.sh DECODE.npubin [POSITION] [KERNEL_REGEX] [SKIP] [COUNT]
 # Defaults: position 1000, k_gemv16 and its dtype instances, skip 100 matching launches
 # (preparation's and the first runs'; decode-at runs at least nine steps: 113 k_gemv16 or 28
-# k_attn_dec_mma launches each), count 4 (a layer's q/k/v, o, gate/up and down GEMVs). Writes $OUT/kernel-ncu.txt (with the
-# memory workload section: L2 hit rate, DRAM throughput); the stall reasons are the
-# smsp__average_warps_issue_stalled_* rows (cycles per issued instruction).
+# k_attn_dec_mma launches each), count 4 (a layer's q/k/v, o, gate/up and down GEMVs). Writes
+# $OUT/kernel-ncu.txt (with the memory workload section: L2 hit rate, DRAM throughput); the
+# stall reasons are the smsp__average_warps_issue_stalled_* rows (cycles per issued
+# instruction).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prog=$1 pos=${2:-1000} kernel=${3:-k_gemv16(_bf16|_f16)?} skip=${4:-100} count=${5:-4}
