@@ -268,13 +268,11 @@ __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, c
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
-// Copies n 16-byte units from `src`, then m from `src2`, to consecutive shared `dst` units by
-// cp.async (every unit in flight, no registers held), and waits for them; the caller syncs.
-// A loop of loads and stores waited on each unit: five round trips a thread for a K = 8960 row.
-__device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n, const uint4* src2, int m) {
-  for (int v = threadIdx.x; v < n + m; v += blockDim.x) cp_async16(dst + v, v < n ? src + v : src2 + (v - n), true);
-  cp_async_commit();
-  cp_async_wait();
+// Issues the copies of n 16-byte units from `src` to shared `dst` by cp.async (every unit in
+// flight, no registers held); the caller commits, waits and syncs once for all it staged. A
+// loop of loads and stores waited on each unit: five round trips a thread for a K = 8960 row.
+__device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n) {
+  for (int v = threadIdx.x; v < n; v += blockDim.x) cp_async16(dst + v, src + v, true);
 }
 
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
@@ -313,12 +311,14 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   const bool nw_vec = has_norm && nw.dt == dt && nw.st[nw.rank - 1] == 1 && (nw.ptr & 15) == 0;
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
     // contiguous, 16-byte aligned a (K % 8 == 0 here)
-    stage_vec16(as4, (const uint4*)(ap + ao), nv, nw_vec ? (const uint4*)nw.ptr : nullptr, nw_vec ? nv : 0);
+    stage_vec16(as4, (const uint4*)(ap + ao), nv);
   } else {
 #pragma unroll 4
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[ao + k * ak];
-    if (nw_vec) stage_vec16(as4 + nv, (const uint4*)nw.ptr, nv, nullptr, 0);
   }
+  if (nw_vec) stage_vec16(as4 + nv, (const uint4*)nw.ptr, nv);
+  cp_async_commit();
+  cp_async_wait();
   __syncthreads();
   if (has_norm) {
     bool bf = dt == DT_BF16;
@@ -335,15 +335,9 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
         float xf[8], wf[8];
         unpack8(as4[v], dt, xf);
         unpack8(as4[nv + v], dt, wf);
-        unsigned o[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float y0 = round_dt(dt, xf[2 * i] * inv) * wf[2 * i];
-          float y1 = round_dt(dt, xf[2 * i + 1] * inv) * wf[2 * i + 1];
-          unsigned h0 = bf ? f32_to_bf16(y0) : f32_to_f16(y0), h1 = bf ? f32_to_bf16(y1) : f32_to_f16(y1);
-          o[i] = h0 | (h1 << 16);
-        }
-        as4[v] = make_uint4(o[0], o[1], o[2], o[3]);
+        for (int i = 0; i < 8; ++i) xf[i] = round_dt(dt, xf[i] * inv) * wf[i];
+        st8((u64)as4, dt, v, xf);
       }
     } else {
       i64 ws = nw.st[nw.rank - 1];
