@@ -11,10 +11,13 @@
 #   racecheck over the kernel check (short contexts) and one end-to-end model (Qwen2.5-tiny f32,
 #   prefill + 2 decode steps; exit status non-zero on any reported error); with --bench also runs
 #   the benchmark (python -m npu_export.gpu_bench). Logs and JSON go to $OUT (or /tmp/npu-gpu-out).
-# On an H100 from a fresh machine the check takes ~7-8 min (2026-11-28: the jobs before the 1.5B
-# model ~4.5 min, the 1.5B model's export and check ~3 min) and the benchmark ~2-4 min: run them
-# as two calls (check with the call's whole 600 s, then scripts/gpu-bench.sh while the machine is
-# warm: the exports in /tmp/npu-gpu are reused); `--only 1.5b` (or another job list) reruns part.
+# On an H100 from a fresh machine the whole check no longer fits one 600 s call (2026-11-28,
+# thirteenth session: the 14 jobs before the 1.5B model took 275 s of jobs, ~5 min with set-up,
+# and the call ended inside the 1.5B job's export and check): run `--skip-1p5b` in one call and
+# `--only 1.5b` in the next, while the machine is warm (the exports in /tmp/npu-gpu are reused),
+# then scripts/gpu-bench.sh. Each job prints its verdict (and its failing rows) and rewrites
+# the JSON when it ends, so a call stopped by the limit still says what passed; keep the log
+# (`tee`), not a pipe through `tail`, which loses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--stage" ]; then

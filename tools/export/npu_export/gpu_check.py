@@ -293,6 +293,14 @@ def qwen_rows(
     return rows
 
 
+def format_row(r: Row) -> str:
+    """One line of the results table: check, metric, value, limit and the verdict."""
+    v = r["value"]
+    vs = f"{v:.6f}" if isinstance(v, float) else str(v)
+    verdict = "ok" if r["ok"] else "FAIL"
+    return f"{r['check'][:62]:<62} {r['metric']:<22} {vs[:40]:>12} {r['limit']:>9}  {verdict}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m npu_export.gpu_check", description=__doc__)
     p.add_argument(
@@ -338,19 +346,24 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [(name, job) for name, job in jobs if name in wanted]
     for name, job in jobs:
         t = time.perf_counter()
+        done = len(rows)
         try:
             rows.extend(job())
         except Exception as e:  # noqa: BLE001 - one failing check must not hide the others
             rows.append({"check": name, "metric": "error", "value": str(e)[-300:], "limit": "", "ok": False})
-        print(f"[{name}] {time.perf_counter() - t:.1f} s", flush=True)
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+        # Each job's verdict and the JSON so far as soon as it ends: a call stopped by the
+        # device's time limit still says what passed (the table below comes only at the end).
+        new = rows[done:]
+        bad = [r for r in new if not r["ok"]]
+        took = time.perf_counter() - t
+        print(f"[{name}] {took:.1f} s, {len(new) - len(bad)} of {len(new)} checks passed", flush=True)
+        for r in bad:
+            print(f"  {format_row(r)}", flush=True)
+        if a.json:
+            a.json.write_text(json.dumps(rows, indent=1, default=str) + "\n")
     print(f"\n{'check':<62} {'metric':<22} {'value':>12} {'limit':>9}  ok")
     for r in rows:
-        v = r["value"]
-        vs = f"{v:.6f}" if isinstance(v, float) else str(v)
-        verdict = "ok" if r["ok"] else "FAIL"
-        print(f"{r['check'][:62]:<62} {r['metric']:<22} {vs[:40]:>12} {r['limit']:>9}  {verdict}")
+        print(format_row(r))
     failed = sum(not r["ok"] for r in rows)
     print(f"{len(rows) - failed} of {len(rows)} checks passed")
     return 1 if failed else 0
