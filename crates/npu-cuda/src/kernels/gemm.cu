@@ -275,14 +275,35 @@ __device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n)
   for (int v = threadIdx.x; v < n; v += blockDim.x) cp_async16(dst + v, src + v, true);
 }
 
+// One pass of a lane over its GV_U units of a column's row: w (the row's units v0, v0 + 32,
+// ...) times the staged a, added to s in unit order.
+__device__ __forceinline__ void gv_dot(float& s, const uint4 (&w)[GV_U], const uint4* as4, int v0, int nv,
+                                       int dt) {
+#pragma unroll
+  for (int u = 0; u < GV_U; ++u) {
+    int v = v0 + 32 * u;
+    if (v < nv) {
+      float wf[8], xf[8];
+      unpack8(w[u], dt, wf);
+      unpack8(as4[v], dt, xf);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+    }
+  }
+}
+
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
+// PIPE: every pass issues the next pass's loads (or the next column's first ones) before it
+// multiplies its own, so a warp always has loads in flight; twice the registers for the
+// weights, so the planner takes it only where the grid, not registers, bounds the resident
+// warps (narrow matrices: q/k/v, o and down in Qwen). The same sums in the same order.
 // With the dtype a constant, unpacking eight bf16 is eight shifts and masks instead of a
 // select between two conversions per element: the generic body issued ~117 instructions per
 // 512 bytes a warp streams in the gate/up GEMV (ncu, H100), its issue slots 46% busy.
 // Measured, not kept: also reading the operands' rank-dependent fields through unrolled
 // selects instead of a run-time index into the parameters (which copies them to local memory
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
-template <int DT>
+template <int DT, bool PIPE>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
                                             float eps) {
@@ -352,25 +373,30 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   for (; g < groups; g += gridDim.x) {
     i64 n = g * 8 + warp;
     float s = 0.0f;
-    for (int v0 = lane;;) {
+    if (PIPE) {
+      for (int base = 0;; base += 32 * GV_U) {
+        // warp-uniform: whether another pass of this column, or a next column, follows
+        const bool more = base + 32 * GV_U < nv, next = !more && g + gridDim.x < groups;
+        uint4 wn[GV_U];
+        if (more) gv_load(wn, row, base + 32 * GV_U + lane, nv);
+        else if (next) gv_load(wn, row_of(g + gridDim.x), lane, nv);
+        gv_dot(s, w, as4, base + lane, nv, dt);
 #pragma unroll
-      for (int u = 0; u < GV_U; ++u) {
-        int v = v0 + 32 * u;
-        if (v < nv) {
-          float wf[8], xf[8];
-          unpack8(w[u], dt, wf);
-          unpack8(as4[v], dt, xf);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
-        }
+        for (int u = 0; u < GV_U; ++u) w[u] = wn[u];
+        if (!more) break;
       }
-      v0 += 32 * GV_U;
-      if (v0 >= nv) break;
-      gv_load(w, row, v0, nv);
-    }
-    if (g + gridDim.x < groups) {
-      row = row_of(g + gridDim.x);
-      gv_load(w, row, lane, nv);
+      if (g + gridDim.x < groups) row = row_of(g + gridDim.x);
+    } else {
+      for (int v0 = lane;;) {
+        gv_dot(s, w, as4, v0, nv, dt);
+        v0 += 32 * GV_U;
+        if (v0 >= nv) break;
+        gv_load(w, row, v0, nv);
+      }
+      if (g + gridDim.x < groups) {
+        row = row_of(g + gridDim.x);
+        gv_load(w, row, lane, nv);
+      }
     }
     s = warp_sum(s);
     if (lane == 0 && n < N) {
@@ -389,17 +415,33 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<-1>(GEMV16_ARGS);
+  gemv16_body<-1, false>(GEMV16_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_BF16>(GEMV16_ARGS);
+  gemv16_body<DT_BF16, false>(GEMV16_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_F16>(GEMV16_ARGS);
+  gemv16_body<DT_F16, false>(GEMV16_ARGS);
+}
+// k_gemv16 with PIPE, for narrow matrices (at most 2 blocks an SM: up to 128 registers).
+extern "C" __global__ void __launch_bounds__(256, 2) k_gemv16p(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<-1, true>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) k_gemv16p_bf16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_BF16, true>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) k_gemv16p_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_F16, true>(GEMV16_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

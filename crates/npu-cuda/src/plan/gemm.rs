@@ -12,6 +12,9 @@ use npu_program::program::Binding;
 /// column groups): the residency its 64 registers per thread allow at 256 threads (ptxas;
 /// bounding it to 5 or 6 blocks spills).
 const GEMV16_BLOCKS_PER_SM: usize = 4;
+/// Blocks per SM of `k_gemv16p` (`__launch_bounds__(256, 2)`): the planner takes it only for
+/// matrices of at most this many column groups an SM.
+const GEMV16P_BLOCKS_PER_SM: usize = 2;
 
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
@@ -142,8 +145,13 @@ impl Planner<'_> {
             // k_gemv16 loops over groups of 8 columns: at most GEMV16_BLOCKS_PER_SM blocks
             // per SM, each staging `a` once.
             let groups = n.div_ceil(8);
+            let sms = self.dev.sms.max(1) as usize;
+            // A matrix whose groups fit GEMV16P_BLOCKS_PER_SM blocks an SM, where the grid
+            // bounds the resident warps, takes the pipelined instance (more registers).
+            let pipe = raw16 && self.dev.gemv_pipe && groups <= GEMV16P_BLOCKS_PER_SM * sms;
+            let name = if pipe { "k_gemv16p" } else { name };
             let blocks = if raw16 {
-                groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+                groups.min(GEMV16_BLOCKS_PER_SM * sms)
             } else {
                 groups
             };
