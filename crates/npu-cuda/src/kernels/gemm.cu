@@ -237,14 +237,15 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 
 // M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
 // conflict-free, copied by cp.async all in flight), b rows stream through 16-byte loads, GV_U
-// in flight per lane. One warp per output column; a block takes groups of 8 columns,
-// gridDim.x apart (the planner launches at most a few blocks per SM, so a wide matrix pays the
-// staging once per block, not once per 8 columns). A column's first loads are issued before
-// the previous column's reduction and store, and the first column's before a is staged (b is
-// a weight: no kernel writes it). Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`:
-// the staged row is RMS-normalized first, as k_rms_norm computes it (every block normalizes
-// its own copy; the norm weight is staged beside a where its layout allows, so no global read
-// follows the staging's).
+// in flight per lane. One warp per output column, or `wpc` warps each over its part of K,
+// added through shared memory in order (the planner splits narrow matrices). A block takes
+// groups of 8 / wpc columns, gridDim.x apart (the planner launches at most a few blocks per
+// SM, so a wide matrix pays the staging once per block, not once per group). A column's first
+// loads are issued before the previous column's reduction and store, and the first column's
+// before a is staged (b is a weight: no kernel writes it). Needs K % 8 == 0 and 16-byte
+// aligned b rows. `has_norm`: the staged row is RMS-normalized first, as k_rms_norm computes
+// it (every block normalizes its own copy; the norm weight is staged beside a where its
+// layout allows, so no global read follows the staging's).
 #define GV_U 4
 // b is read once per call: its lines are loaded evict-first (ld.global.cs), so streaming a
 // matrix larger than L2 does not evict the activations and the next kernel's L2 prefetch
@@ -259,13 +260,15 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
 // column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
 // wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
 #define GV_PREFETCH_ROW 4096
-__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
+__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out, int wpc) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int warp = threadIdx.x >> 5, part = warp % wpc;
+  i64 n = blockIdx.x * (8 / wpc) + warp / wpc;
   if ((threadIdx.x & 31) != 0 || n >= N) return;
-  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
-  prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
+  const i64 k0 = (K / 8) * part / wpc * 8, k1 = (K / 8) * (part + 1) / wpc * 8;
+  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1] + k0;
+  prefetch_l2(row, min((u64)(k1 - k0) * 2, (u64)GV_PREFETCH_ROW));
 }
 
 // Issues the copies of n 16-byte units from `src` to shared `dst` by cp.async (every unit in
@@ -285,7 +288,7 @@ __device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n)
 template <int DT>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
-                                            float eps) {
+                                            float eps, int wpc) {
   const int dt = dt_of<DT>(b);
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
@@ -294,16 +297,20 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   i64 batch = blockIdx.y;
   i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 groups = (N + 7) / 8;
+  // wpc warps a column, each over its part of K [vb, ve) (in 16-byte units); 8 / wpc columns
+  // a group
+  const int cpg = 8 / wpc, col = warp / wpc, part = warp % wpc;
+  i64 groups = (N + cpg - 1) / cpg;
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
   i64 bs = b.st[r - 1];
   // a warp past N streams row N - 1 (in bounds) and stores nothing
-  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
+  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * cpg + col, N - 1) * bs); };
   int nv = (int)(K / 8);
+  const int vb = nv * part / wpc, ve = nv * (part + 1) / wpc;
   i64 g = blockIdx.x;
   const uint4* row = row_of(g);
   uint4 w[GV_U];
-  gv_load(w, row, lane, nv);
+  gv_load(w, row, vb + lane, ve);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
   // The norm weight, where it is a contiguous, 16-byte aligned row of a's dtype, is staged
@@ -349,14 +356,15 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     }
     __syncthreads();
   }
+  __shared__ float parts[8];
   for (; g < groups; g += gridDim.x) {
-    i64 n = g * 8 + warp;
+    i64 n = g * cpg + col;
     float s = 0.0f;
-    for (int v0 = lane;;) {
+    for (int v0 = vb + lane;;) {
 #pragma unroll
       for (int u = 0; u < GV_U; ++u) {
         int v = v0 + 32 * u;
-        if (v < nv) {
+        if (v < ve) {
           float wf[8], xf[8];
           unpack8(w[u], dt, wf);
           unpack8(as4[v], dt, xf);
@@ -365,15 +373,23 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
         }
       }
       v0 += 32 * GV_U;
-      if (v0 >= nv) break;
-      gv_load(w, row, v0, nv);
+      if (v0 >= ve) break;
+      gv_load(w, row, v0, ve);
     }
     if (g + gridDim.x < groups) {
       row = row_of(g + gridDim.x);
-      gv_load(w, row, lane, nv);
+      gv_load(w, row, vb + lane, ve);
     }
     s = warp_sum(s);
-    if (lane == 0 && n < N) {
+    if (wpc > 1) {
+      // the column's parts added in order (every warp runs the same groups: the barriers match)
+      if (lane == 0) parts[warp] = s;
+      __syncthreads();
+      if (part == 0)
+        for (int p = 1; p < wpc; ++p) s += parts[warp + p];
+      __syncthreads();
+    }
+    if (lane == 0 && part == 0 && n < N) {
       float v = alpha * s;
       if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
       if (act >= 0) v = apply_unary(act, v);
@@ -384,20 +400,20 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
 
 #define GEMV16_PARAMS                                                                                  \
   TD a, TD b, TD bias, int has_bias, float alpha, float beta, int act, TD out, TD nw, int has_norm, \
-      float eps
-#define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+      float eps, int wpc
+#define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps, wpc
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, wpc);
   pdl_enter();
   gemv16_body<-1>(GEMV16_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_bf16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16_bf16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, wpc);
   pdl_enter();
   gemv16_body<DT_BF16>(GEMV16_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, wpc);
   pdl_enter();
   gemv16_body<DT_F16>(GEMV16_ARGS);
 }

@@ -13,6 +13,22 @@ use npu_program::program::Binding;
 /// bounding it to 5 or 6 blocks spills).
 const GEMV16_BLOCKS_PER_SM: usize = 4;
 
+/// Warps a column of `k_gemv16` (1, 2 or 4), each summing its part of K: the most, up to
+/// `NPU_CUDA_GEMV_SPLIT` (default 2), whose groups of 8 / w columns still fit one wave of
+/// `max_blocks`, with at least 32 16-byte loads a warp. A narrow matrix (N = 1536 gives 192
+/// groups of 8 on 132 SMs: 60 SMs with twice the rows of the others) gets more, shorter
+/// dependent chains of loads and evener SMs, each block staging `a` in one round trip.
+fn gemv16_warps_per_column(n: usize, k: usize, max_blocks: usize) -> usize {
+    let most: usize = std::env::var("NPU_CUDA_GEMV_SPLIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    [4, 2]
+        .into_iter()
+        .find(|&w| w <= most && n.div_ceil(8 / w) <= max_blocks && k / 8 >= 32 * w)
+        .unwrap_or(1)
+}
+
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm(
@@ -141,9 +157,15 @@ impl Planner<'_> {
             // N = 1536, measured slower on the H100: each block stages all of `a`).
             // k_gemv16 loops over groups of 8 columns: at most GEMV16_BLOCKS_PER_SM blocks
             // per SM, each staging `a` once.
-            let groups = n.div_ceil(8);
+            let max_blocks = GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize;
+            let wpc = if raw16 {
+                gemv16_warps_per_column(n, k, max_blocks)
+            } else {
+                1
+            };
+            let groups = n.div_ceil(8 / wpc);
             let blocks = if raw16 {
-                groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+                groups.min(max_blocks)
             } else {
                 groups
             };
@@ -177,6 +199,7 @@ impl Planner<'_> {
                     kern.args.push(Arg::Td(norm.0));
                     kern.args.push(Arg::I32(norm.1));
                     kern.args.push(Arg::F32(norm.2));
+                    kern.args.push(Arg::I32(wpc as i32));
                     Launch::Kernel(kern)
                 }
                 other => other,
