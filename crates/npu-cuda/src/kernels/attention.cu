@@ -616,7 +616,11 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_mma(TD q, TD k, TD v, T
 // memory up to CMAX splits, recomputed past them) and L, then its CW warps take every CW-th
 // split for 32 dims, a lane per dim with eight loads in flight, and add up through shared
 // memory. One block of 128 threads per row walked 171 splits (decode at 32000 keys) in 22
-// dependent rounds of loads: 17 us under ncu for 12 rows.
+// dependent rounds of loads: 17 us under ncu for 12 rows. The first round's values and each
+// thread's first (m, l) are loaded together, before any of them is used: at decode sizes
+// (32 splits at 1000 keys) the whole merge is one round trip after the programmatic wait, not
+// three (m, then m and l again, then the values); a round past the last split is predicated,
+// not a loop of single loads.
 #define CMAX 1024
 #define CW 8
 extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* part, int nsplit, TD out) {
@@ -628,42 +632,54 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
   i64 row = blockIdx.x, s = row % S, h = (row / S) % H, b = row / (S * H);
   const i64 ld = D + 2;
   const float* pp = part + row * nsplit * ld;
-  float M = -NPU_INF;
-  for (int i = threadIdx.x; i < nsplit; i += blockDim.x) M = fmaxf(M, pp[i * ld]);
-  M = block_max(M);
-  float L = 0.0f;
-  for (int i = threadIdx.x; i < nsplit; i += blockDim.x) {
-    float mi = pp[i * ld];
-    float w = mi == -NPU_INF ? 0.0f : expf(mi - M);
-    if (i < CMAX) wsh[i] = w;
-    L += pp[i * ld + 1] * w;
-  }
-  L = block_sum(L);  // its barriers also publish wsh
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int d = blockIdx.y * 32 + lane;
   // a lane past D reads a valid dim and stores nothing
   const float* pd = pp + 2 + min(d, D - 1);
+  const int ncached = min(nsplit, CMAX);
+  // this warp's first round of values and this thread's split's (m, l), all in flight
+  float x[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    const int j = warp + u * CW;
+    x[u] = j < ncached ? pd[j * ld] : 0.0f;
+  }
+  const bool own = (int)threadIdx.x < nsplit;
+  const float m_own = own ? pp[threadIdx.x * ld] : -NPU_INF;
+  const float l_own = own ? pp[threadIdx.x * ld + 1] : 0.0f;
+  float M = m_own;
+  for (int i = threadIdx.x + blockDim.x; i < nsplit; i += blockDim.x) M = fmaxf(M, pp[i * ld]);
+  M = block_max(M);
+  float L = 0.0f;
+  for (int i = threadIdx.x; i < nsplit; i += blockDim.x) {
+    const bool first = i == (int)threadIdx.x;
+    float mi = first ? m_own : pp[i * ld];
+    float w = mi == -NPU_INF ? 0.0f : expf(mi - M);
+    if (i < CMAX) wsh[i] = w;
+    L += (first ? l_own : pp[i * ld + 1]) * w;
+  }
+  L = block_sum(L);  // its barriers also publish wsh
   // eight loads in flight per round, no branch between them (ncu: with the weight's
   // recompute branch in the loop, each load waited for the one before: 31 us per call)
   float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  const int ncached = min(nsplit, CMAX);
-  int i = warp;
-  for (; i + 7 * CW < ncached; i += 8 * CW) {
-    float x[8];
+  for (int i = warp;;) {
 #pragma unroll
-    for (int u = 0; u < 8; ++u) x[u] = pd[(i + u * CW) * ld];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) a[u] += x[u] * wsh[i + u * CW];
-  }
-  for (; i < nsplit; i += CW) {
-    float w;
-    if (i < CMAX) {
-      w = wsh[i];
-    } else {
-      float mi = pp[i * ld];
-      w = mi == -NPU_INF ? 0.0f : expf(mi - M);
+    for (int u = 0; u < 8; ++u) {
+      const int j = i + u * CW;
+      if (j < ncached) a[u] += x[u] * wsh[j];
     }
-    a[0] += pd[i * ld] * w;
+    i += 8 * CW;
+    if (i >= ncached) break;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int j = i + u * CW;
+      x[u] = j < ncached ? pd[j * ld] : 0.0f;
+    }
+  }
+  // splits past CMAX: weights recomputed
+  for (int i = warp + (ncached - warp + CW - 1) / CW * CW; i < nsplit; i += CW) {
+    float mi = pp[i * ld];
+    a[0] += pd[i * ld] * (mi == -NPU_INF ? 0.0f : expf(mi - M));
   }
   sums[warp][lane] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
   __syncthreads();
