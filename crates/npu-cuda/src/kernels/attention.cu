@@ -1019,9 +1019,22 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   if (cur < nlist) dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS, D, kst, vst);
   // With `pre`, everything above ran before the programmatic wait: the launch before this one
   // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
-  // q, and row p of the staged tile again.
+  // q (its loads in flight with the position's), and row p of the staged tile again.
+  if (pre) pdl_enter();
+  // Q of head g (rows g < group; rows 8..15 and heads past the group are zero) as A fragments
+  unsigned qa[MQ_MAXD / 16][4];
+  const bool qrow = g < group;
+  const i64 qoff = b * q.st[0] + (kh * group + (qrow ? g : 0)) * q.st[1];
+#pragma unroll
+  for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
+    if (kc < nkc) {
+      const int d = kc * 16 + tq * 2;
+      qa[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
+      qa[kc][2] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
+      qa[kc][1] = qa[kc][3] = 0u;
+    }
+  }
   if (pre) {
-    pdl_enter();
     const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
     const i64 t0 = t_begin + (i64)cur * DM_KEYS;
     if (cur < nlist && p >= t0 && p < t0 + DM_KEYS && p < T) {  // D % 16 == 0 (planner)
@@ -1039,19 +1052,6 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
         for (int i = 0; i < 8; ++i) dst[i] = src[i * t.st[3]];
       }
       __syncthreads();
-    }
-  }
-  // Q of head g (rows g < group; rows 8..15 and heads past the group are zero) as A fragments
-  unsigned qa[MQ_MAXD / 16][4];
-  const bool qrow = g < group;
-  const i64 qoff = b * q.st[0] + (kh * group + (qrow ? g : 0)) * q.st[1];
-#pragma unroll
-  for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
-    if (kc < nkc) {
-      const int d = kc * 16 + tq * 2;
-      qa[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
-      qa[kc][2] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
-      qa[kc][1] = qa[kc][3] = 0u;
     }
   }
   for (int it = 0; cur < nlist; ++it) {
