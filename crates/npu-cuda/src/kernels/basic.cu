@@ -127,12 +127,19 @@ extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
 // `item` of the row-major walk over (rows, h / 8), 16-byte loads all issued before use. Needs
 // 16-bit x, c, s and out with contiguous, 16-byte aligned rows and d % 16 == 0 (the planner
 // checks). Stores both chunks; lo/hi get the stored values, *k the flat index of lo[0].
+// Item `item`'s row and first element i (rope_pair8's walk over (rows, h / 8) of x).
+__device__ __forceinline__ void rope_item(const TD& x, i64 item, i64* row, i64* i) {
+  const i64 per = x.sh[x.rank - 1] / 16;
+  *row = idiv(item, per);
+  *i = (item - *row * per) * 8;
+}
 template <int DT>
 __device__ __forceinline__ void rope_pair8(const TD& x, const TD& c, const TD& s, const TD& out, i64 item, float* lo,
                                            float* hi, i64* k) {
   const int r = x.rank;
-  const i64 d = x.sh[r - 1], h = d / 2, per = h / 8;
-  const i64 row = idiv(item, per), i = (item - row * per) * 8;
+  const i64 d = x.sh[r - 1], h = d / 2;
+  i64 row, i;
+  rope_item(x, item, &row, &i);
   const unsigned short* xp = (const unsigned short*)x.ptr + offset_lead(x, r - 1, row) + i;
   const unsigned short* cp = (const unsigned short*)c.ptr + offset_lead(c, r - 1, row) + i;
   const unsigned short* sp = (const unsigned short*)s.ptr + offset_lead(s, r - 1, row) + i;
@@ -159,14 +166,18 @@ __device__ __forceinline__ void rope_pair8(const TD& x, const TD& c, const TD& s
 
 // Eight consecutive elements of an index_copy along a dim other than the last, 16-byte rows
 // on both sides in one dtype: a raw 16-byte copy.
+// The source is loaded whatever the index holds (its offset does not depend on it), so the two
+// loads are in flight together rather than one after the other.
 __device__ __forceinline__ void index_copy8(const TD& index, const TD& src, const TD& dest, int axis, i64 e, int* err,
                                             int step) {
   i64 so, dof;
-  if (!index_copy_at(index, src, dest, axis, e, &so, &dof)) {
+  const bool ok = index_copy_at(index, src, dest, axis, e, &so, &dof);
+  const uint4 val = *(const uint4*)((const unsigned short*)src.ptr + so);
+  if (!ok) {
     report(err, step);
     return;
   }
-  *(uint4*)((unsigned short*)dest.ptr + dof) = *(const uint4*)((const unsigned short*)src.ptr + so);
+  *(uint4*)((unsigned short*)dest.ptr + dof) = val;
 }
 
 // k_rope_cache over vector items (the planner checks rope_pair8's and index_copy8's layouts
@@ -182,14 +193,20 @@ __device__ __forceinline__ void rope_cache8_body(ROPE_CACHE_PARAMS_T(const TD&))
     if (it < a0) {
       rope_pair8<DT>(x0, c0, s0, out0, it, lo, hi, &k);
     } else if (it < a0 + a1) {
+      // the cache rows' index read first, in flight with the rotation's loads
+      const i64 d1 = x1.sh[x1.rank - 1], h = d1 / 2;
+      i64 row, i;
+      rope_item(x1, it - a0, &row, &i);
+      const i64 k0 = row * d1 + i;
+      i64 so, dlo = 0, dhi = 0;
+      const bool oklo = scatter1 && index_copy_at(idx1, out1, dest1, axis1, k0, &so, &dlo);
+      const bool okhi = scatter1 && index_copy_at(idx1, out1, dest1, axis1, k0 + h, &so, &dhi);
       rope_pair8<DT>(x1, c1, s1, out1, it - a0, lo, hi, &k);
       if (!scatter1) continue;
-      const i64 h = out1.sh[out1.rank - 1] / 2;
       const int dd = dt_of<DT>(dest1);
-      i64 so, dof;
-      if (index_copy_at(idx1, out1, dest1, axis1, k, &so, &dof)) st8(dest1.ptr + 2 * (u64)dof, dd, 0, lo);
+      if (oklo) st8(dest1.ptr + 2 * (u64)dlo, dd, 0, lo);
       else report(err, step1);
-      if (index_copy_at(idx1, out1, dest1, axis1, k + h, &so, &dof)) st8(dest1.ptr + 2 * (u64)dof, dd, 0, hi);
+      if (okhi) st8(dest1.ptr + 2 * (u64)dhi, dd, 0, hi);
       else report(err, step1);
     } else {
       index_copy8(idx2, src2, dest2, axis2, (it - a0 - a1) * 8, err, step2);
