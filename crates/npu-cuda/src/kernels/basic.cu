@@ -123,16 +123,17 @@ extern "C" __global__ void k_rope(TD x, TD c, TD s, TD out, i64 n) {
 #define ROPE_CACHE_ARGS \
   x0, c0, s0, out0, n0, x1, c1, s1, out1, n1, scatter1, idx1, dest1, axis1, idx2, src2, dest2, axis2, n2, err, step1, step2
 
-// rope_elem for 8 elements i .. i+7 of a row's first half and their partners i+h ..: item
-// `item` of the row-major walk over (rows, h / 8), 16-byte loads all issued before use. Needs
-// 16-bit x, c, s and out with contiguous, 16-byte aligned rows and d % 16 == 0 (the planner
-// checks). Stores both chunks; lo/hi get the stored values, *k the flat index of lo[0].
 // Item `item`'s row and first element i (rope_pair8's walk over (rows, h / 8) of x).
 __device__ __forceinline__ void rope_item(const TD& x, i64 item, i64* row, i64* i) {
   const i64 per = x.sh[x.rank - 1] / 16;
   *row = idiv(item, per);
   *i = (item - *row * per) * 8;
 }
+
+// rope_elem for 8 elements i .. i+7 of a row's first half and their partners i+h ..: item
+// `item` of the row-major walk over (rows, h / 8), 16-byte loads all issued before use. Needs
+// 16-bit x, c, s and out with contiguous, 16-byte aligned rows and d % 16 == 0 (the planner
+// checks). Stores both chunks; lo/hi get the stored values, *k the flat index of lo[0].
 template <int DT>
 __device__ __forceinline__ void rope_pair8(const TD& x, const TD& c, const TD& s, const TD& out, i64 item, float* lo,
                                            float* hi, i64* k) {
@@ -165,9 +166,9 @@ __device__ __forceinline__ void rope_pair8(const TD& x, const TD& c, const TD& s
 }
 
 // Eight consecutive elements of an index_copy along a dim other than the last, 16-byte rows
-// on both sides in one dtype: a raw 16-byte copy.
-// The source is loaded whatever the index holds (its offset does not depend on it), so the two
-// loads are in flight together rather than one after the other.
+// on both sides in one dtype: a raw 16-byte copy. The source is loaded whatever the index
+// holds (index_copy_at computes its offset without the index, in bounds), so the two loads
+// are in flight together rather than one after the other.
 __device__ __forceinline__ void index_copy8(const TD& index, const TD& src, const TD& dest, int axis, i64 e, int* err,
                                             int step) {
   i64 so, dof;
