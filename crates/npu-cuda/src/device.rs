@@ -39,6 +39,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_im2col",
     "k_gemv",
     "k_gemv16",
+    "k_gemv16m",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -60,6 +61,7 @@ pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
     ["k_rope_cache8", "k_rope_cache8_bf16", "k_rope_cache8_f16"],
     ["k_rms_norm", "k_rms_norm_bf16", "k_rms_norm_f16"],
     ["k_gemv16", "k_gemv16_bf16", "k_gemv16_f16"],
+    ["k_gemv16m", "k_gemv16m_bf16", "k_gemv16m_f16"],
     [
         "k_epilogue_rms",
         "k_epilogue_rms_bf16",
@@ -255,7 +257,13 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
+        let big_smem = [
+            "k_attn",
+            "k_attn_dec_mma",
+            "k_gemv",
+            "k_gemv16",
+            "k_gemv16m",
+        ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()

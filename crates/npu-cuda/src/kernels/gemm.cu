@@ -259,11 +259,23 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
 // column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
 // wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
 #define GV_PREFETCH_ROW 4096
+// DIAGNOSTIC (PM): b read pass-major, as if its weight were laid out so that one pass's
+// 16-byte units of all N columns lie together (pass p's chunk of column n at units
+// p * N * GV_PASS + n * w_p, w_p = min(GV_PASS, K / 8 - p * GV_PASS)); the weight is not
+// re-laid, so the results are wrong: it prices the access pattern only.
+#define GV_PASS (32 * GV_U)
+template <bool PM = false>
 __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
   i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
   if ((threadIdx.x & 31) != 0 || n >= N) return;
+  if (PM) {
+    const i64 w0 = min((i64)GV_PASS, K / 8);
+    const uint4* p0 = (const uint4*)((const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y)) + n * w0;
+    prefetch_l2(p0, (u64)w0 * 16);
+    return;
+  }
   const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
@@ -282,7 +294,7 @@ __device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n)
 // Measured, not kept: also reading the operands' rank-dependent fields through unrolled
 // selects instead of a run-time index into the parameters (which copies them to local memory
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
-template <int DT>
+template <int DT, bool PM = false>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
                                             float eps) {
@@ -300,8 +312,14 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   // a warp past N streams row N - 1 (in bounds) and stores nothing
   auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
   int nv = (int)(K / 8);
+  // PM (diagnostic): the pointer that gv_load indexes by v for pass p of column group g
+  auto pass_ptr = [&](i64 g, int p) {
+    const i64 nn = min(g * 8 + warp, N - 1);
+    const int wp = min(GV_PASS, nv - p * GV_PASS);
+    return (const uint4*)bp + (i64)p * N * GV_PASS + nn * wp - p * GV_PASS;
+  };
   i64 g = blockIdx.x;
-  const uint4* row = row_of(g);
+  const uint4* row = PM ? pass_ptr(g, 0) : row_of(g);
   uint4 w[GV_U];
   gv_load(w, row, lane, nv);
   const unsigned short* ap = (const unsigned short*)a.ptr;
@@ -366,10 +384,10 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       }
       v0 += 32 * GV_U;
       if (v0 >= nv) break;
-      gv_load(w, row, v0, nv);
+      gv_load(w, PM ? pass_ptr(g, (v0 - lane) / GV_PASS) : row, v0, nv);
     }
     if (g + gridDim.x < groups) {
-      row = row_of(g + gridDim.x);
+      row = PM ? pass_ptr(g + gridDim.x, 0) : row_of(g + gridDim.x);
       gv_load(w, row, lane, nv);
     }
     s = warp_sum(s);
@@ -400,6 +418,22 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<DT_F16>(GEMV16_ARGS);
+}
+// DIAGNOSTIC: k_gemv16 reading b pass-major (PM above; wrong results, timing only).
+extern "C" __global__ void __launch_bounds__(256) k_gemv16m(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row<true>(a, b, out);
+  pdl_enter();
+  gemv16_body<-1, true>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16m_bf16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row<true>(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_BF16, true>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16m_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row<true>(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_F16, true>(GEMV16_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

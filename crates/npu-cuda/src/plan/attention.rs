@@ -206,7 +206,14 @@ impl Planner<'_> {
         if !self.dev.dec_mma || !self.mma_operands(ins) {
             return None;
         }
-        let want = (DM_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+        // EXPERIMENT (exp-x): NPU_CUDA_X_DM_WAVE sizes the splits for that many blocks an
+        // SM instead of DM_BLOCKS_PER_SM (fewer, longer splits below it; two waves above).
+        let wave = std::env::var("NPU_CUDA_X_DM_WAVE")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&w| w > 0)
+            .unwrap_or(DM_BLOCKS_PER_SM);
+        let want = (wave * self.dev.sms.max(1) as usize)
             .div_ceil(b * kvh)
             .max(1);
         let split_len =

@@ -142,10 +142,23 @@ impl Planner<'_> {
             // k_gemv16 loops over groups of 8 columns: at most GEMV16_BLOCKS_PER_SM blocks
             // per SM, each staging `a` once.
             let groups = n.div_ceil(8);
-            let blocks = if raw16 {
-                groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+            let sms = self.dev.sms.max(1) as usize;
+            let cap = GEMV16_BLOCKS_PER_SM * sms;
+            // EXPERIMENT (exp-x), read per plan: NPU_CUDA_X_PM=1 reads narrow matrices' weights
+            // pass-major (k_gemv16m: wrong results, a diagnostic of the access pattern);
+            // NPU_CUDA_X_EVEN=1 sizes a wide matrix's grid to whole rounds of groups.
+            let knob = |v: &str| std::env::var(v).is_ok_and(|x| x == "1");
+            let name = if raw16 && groups <= 2 * sms && knob("NPU_CUDA_X_PM") {
+                "k_gemv16m"
             } else {
+                name
+            };
+            let blocks = if !raw16 {
                 groups
+            } else if knob("NPU_CUDA_X_EVEN") && groups > cap {
+                groups.div_ceil(groups.div_ceil(cap))
+            } else {
+                groups.min(cap)
             };
             // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16)
             let func = if raw16 {
