@@ -5,7 +5,9 @@
 # dependencies build once).
 #   scripts/gpu-variants.sh [--tests] NAME=COMMIT [NAME=COMMIT ...]
 # --tests: also each commit's fusion and dtype-instance test binaries, as
-#   .device/variants/NAME/{fusion,dtype_instances}-test (run them there with --test-threads 1).
+#   .device/variants/NAME/{fusion,dtype_instances}-test (run them there with --test-threads 1),
+#   and its kernel conformance suite, .device/variants/NAME/npu-cuda-check (there: `--no-long`
+#   for the short cases, ~30 s; the kernels a variant changes may only be covered there).
 # Cargo judges freshness by file times, and the workspace's packages share their artifacts
 # across worktrees: a source edited before an earlier build of another worktree would look
 # fresh. So the kernel sources of each worktree are touched before its build.
@@ -36,6 +38,8 @@ for spec in "$@"; do
         cargo build --release -q -p npu-cuda --bin npu-cuda-bench
         cp "$CARGO_TARGET_DIR/release/npu-cuda-bench" "$out/"
         if [ "$tests" = 1 ]; then
+            cargo build --release -q -p npu-cuda --bin npu-cuda-check
+            cp "$CARGO_TARGET_DIR/release/npu-cuda-check" "$out/"
             for t in fusion dtype_instances; do
                 exe=$(cargo test --release -q -p npu-cuda --test "$t" --no-run --message-format=json 2>/dev/null |
                     python3 -c 'import json, sys
