@@ -40,6 +40,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_gemv",
     "k_gemv16",
     "k_gemv16m",
+    "k_gemv16c",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -62,6 +63,7 @@ pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
     ["k_rms_norm", "k_rms_norm_bf16", "k_rms_norm_f16"],
     ["k_gemv16", "k_gemv16_bf16", "k_gemv16_f16"],
     ["k_gemv16m", "k_gemv16m_bf16", "k_gemv16m_f16"],
+    ["k_gemv16c", "k_gemv16c_bf16", "k_gemv16c_f16"],
     [
         "k_epilogue_rms",
         "k_epilogue_rms_bf16",
@@ -263,6 +265,7 @@ impl Device {
             "k_gemv",
             "k_gemv16",
             "k_gemv16m",
+            "k_gemv16c",
         ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem

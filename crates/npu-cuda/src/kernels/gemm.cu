@@ -264,11 +264,11 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
 // p * N * GV_PASS + n * w_p, w_p = min(GV_PASS, K / 8 - p * GV_PASS)); the weight is not
 // re-laid, so the results are wrong: it prices the access pattern only.
 #define GV_PASS (32 * GV_U)
-template <bool PM = false>
+template <bool PM = false, int COLS = 8>
 __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
+  i64 n = blockIdx.x * COLS + (threadIdx.x >> 5);
   if ((threadIdx.x & 31) != 0 || n >= N) return;
   if (PM) {
     const i64 w0 = min((i64)GV_PASS, K / 8);
@@ -294,7 +294,9 @@ __device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n)
 // Measured, not kept: also reading the operands' rank-dependent fields through unrolled
 // selects instead of a run-time index into the parameters (which copies them to local memory
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
-template <int DT, bool PM = false>
+// COLS (diagnostic, exp-x): columns a block takes at a time, one a warp (blocks of 32 COLS
+// threads).
+template <int DT, bool PM = false, int COLS = 8>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
                                             float eps) {
@@ -306,15 +308,15 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   i64 batch = blockIdx.y;
   i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 groups = (N + 7) / 8;
+  i64 groups = (N + COLS - 1) / COLS;
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
   i64 bs = b.st[r - 1];
   // a warp past N streams row N - 1 (in bounds) and stores nothing
-  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
+  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * COLS + warp, N - 1) * bs); };
   int nv = (int)(K / 8);
   // PM (diagnostic): the pointer that gv_load indexes by v for pass p of column group g
   auto pass_ptr = [&](i64 g, int p) {
-    const i64 nn = min(g * 8 + warp, N - 1);
+    const i64 nn = min(g * COLS + warp, N - 1);
     const int wp = min(GV_PASS, nv - p * GV_PASS);
     return (const uint4*)bp + (i64)p * N * GV_PASS + nn * wp - p * GV_PASS;
   };
@@ -368,7 +370,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     __syncthreads();
   }
   for (; g < groups; g += gridDim.x) {
-    i64 n = g * 8 + warp;
+    i64 n = g * COLS + warp;
     float s = 0.0f;
     for (int v0 = lane;;) {
 #pragma unroll
@@ -418,6 +420,23 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<DT_F16>(GEMV16_ARGS);
+}
+// DIAGNOSTIC (exp-x): k_gemv16 in blocks of 4 warps, 4 columns a group (a narrow matrix's
+// columns spread more evenly: down's 1536 over 132 SMs at most 12 an SM, not 16).
+extern "C" __global__ void __launch_bounds__(128) k_gemv16c(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row<false, 4>(a, b, out);
+  pdl_enter();
+  gemv16_body<-1, false, 4>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(128) k_gemv16c_bf16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row<false, 4>(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_BF16, false, 4>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(128) k_gemv16c_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row<false, 4>(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_F16, false, 4>(GEMV16_ARGS);
 }
 // DIAGNOSTIC: k_gemv16 reading b pass-major (PM above; wrong results, timing only).
 extern "C" __global__ void __launch_bounds__(256) k_gemv16m(GEMV16_PARAMS) {

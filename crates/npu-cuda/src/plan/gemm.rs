@@ -148,12 +148,23 @@ impl Planner<'_> {
             // pass-major (k_gemv16m: wrong results, a diagnostic of the access pattern);
             // NPU_CUDA_X_EVEN=1 sizes a wide matrix's grid to whole rounds of groups.
             let knob = |v: &str| std::env::var(v).is_ok_and(|x| x == "1");
-            let name = if raw16 && groups <= 2 * sms && knob("NPU_CUDA_X_PM") {
+            // NPU_CUDA_X_COLS4=1: narrow matrices in blocks of 4 warps (k_gemv16c), 4 columns a
+            // group, spread more evenly over the SMs.
+            let narrow = raw16 && groups <= 2 * sms;
+            let cols4 = narrow && knob("NPU_CUDA_X_COLS4");
+            let name = if narrow && knob("NPU_CUDA_X_PM") {
                 "k_gemv16m"
+            } else if cols4 {
+                "k_gemv16c"
             } else {
                 name
             };
-            let blocks = if !raw16 {
+            let (groups, threads) = if cols4 {
+                (n.div_ceil(4), 128)
+            } else {
+                (groups, 256)
+            };
+            let blocks = if !raw16 || cols4 {
                 groups
             } else if knob("NPU_CUDA_X_EVEN") && groups > cap {
                 groups.div_ceil(groups.div_ceil(cap))
@@ -169,7 +180,7 @@ impl Planner<'_> {
             let launch = kl(
                 func,
                 (blocks as u32, batches.max(1) as u32, 1),
-                256,
+                threads,
                 smem as u32,
                 vec![
                     Arg::Td(an),
