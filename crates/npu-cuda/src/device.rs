@@ -39,6 +39,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_im2col",
     "k_gemv",
     "k_gemv16",
+    "k_gemv16s",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -60,6 +61,7 @@ pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
     ["k_rope_cache8", "k_rope_cache8_bf16", "k_rope_cache8_f16"],
     ["k_rms_norm", "k_rms_norm_bf16", "k_rms_norm_f16"],
     ["k_gemv16", "k_gemv16_bf16", "k_gemv16_f16"],
+    ["k_gemv16s", "k_gemv16s_bf16", "k_gemv16s_f16"],
     [
         "k_epilogue_rms",
         "k_epilogue_rms_bf16",
@@ -138,6 +140,9 @@ pub struct Device {
     /// Kernels in `DTYPE_INSTANCES` take their per-dtype instance where the operands allow,
     /// unless `NPU_CUDA_DTYPE_KERNELS=0` (then the generic one, for comparisons).
     pub(crate) dtype_kernels: bool,
+    /// Wide one-row GEMMs whose K suits it take the streamed `k_gemv16s`, unless
+    /// `NPU_CUDA_GEMV_STREAM=0` (then `k_gemv16`, for comparisons).
+    pub(crate) gemv_stream: bool,
     /// Which 16-bit convolutions go to cuDNN where it is installed (`NPU_CUDA_CUDNN`).
     pub(crate) cudnn: CudnnUse,
     /// The algorithm chosen per matmul description (`None`: cuBLASLt supports none).
@@ -242,6 +247,7 @@ impl Device {
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
+            gemv_stream: std::env::var("NPU_CUDA_GEMV_STREAM").map_or(true, |v| v != "0"),
             cudnn: CudnnUse::from_env(),
             lt_algos: Mutex::new(HashMap::new()),
             name,
@@ -255,7 +261,13 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
+        let big_smem = [
+            "k_attn",
+            "k_attn_dec_mma",
+            "k_gemv",
+            "k_gemv16",
+            "k_gemv16s",
+        ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()

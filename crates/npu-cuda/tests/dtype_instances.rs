@@ -52,24 +52,31 @@ fn rope_cache_program(dt: DType, s: usize, t: usize) -> Program {
     }
 }
 
-/// A CUDA device opened with the dtype instances on or off, or None where there is none.
-fn device(instances: bool) -> Option<npu_cuda::CudaBackend> {
-    if instances {
-        std::env::remove_var("NPU_CUDA_DTYPE_KERNELS");
-    } else {
-        std::env::set_var("NPU_CUDA_DTYPE_KERNELS", "0");
-    }
+/// A CUDA device opened with the dtype instances and the streamed GEMV on or off, or None
+/// where there is none.
+fn device(instances: bool, gemv_stream: bool) -> Option<npu_cuda::CudaBackend> {
+    let set = |var: &str, on: bool| {
+        if on {
+            std::env::remove_var(var);
+        } else {
+            std::env::set_var(var, "0");
+        }
+    };
+    set("NPU_CUDA_DTYPE_KERNELS", instances);
+    set("NPU_CUDA_GEMV_STREAM", gemv_stream);
     let d = device_or_skip("dtype_instances_match_the_generic_kernels");
-    std::env::remove_var("NPU_CUDA_DTYPE_KERNELS");
+    set("NPU_CUDA_DTYPE_KERNELS", true);
+    set("NPU_CUDA_GEMV_STREAM", true);
     d
 }
 
 #[test]
 fn dtype_instances_match_the_generic_kernels() {
-    let devices = device(false).and_then(|g| device(true).map(|i| (g, i)));
+    let devices = device(false, true).and_then(|g| device(true, true).map(|i| (g, i)));
     rope_and_cache_writes(devices.as_ref());
     if let Some((generic, instanced)) = &devices {
-        gemvs(generic, instanced);
+        let unstreamed = device(true, false).expect("a device opened once opens again");
+        gemvs(generic, instanced, &unstreamed);
     }
 }
 
@@ -197,7 +204,9 @@ fn run_gemv(
     (out[0].1.to_f32_vec(), x.library_kernels())
 }
 
-fn gemvs(generic: &CudaBackend, instanced: &CudaBackend) {
+/// The one-row GEMMs on the generic kernels, their dtype instances and the instances without
+/// the streamed `k_gemv16s` (which the planner takes for wide matrices): the same bits.
+fn gemvs(generic: &CudaBackend, instanced: &CudaBackend, unstreamed: &CudaBackend) {
     let c = |dt, batch, k, n, bias, norm, act| Gemv {
         dt,
         batch,
@@ -218,6 +227,10 @@ fn gemvs(generic: &CudaBackend, instanced: &CudaBackend) {
         c(DType::F16, 1, 200, 37, 0, true, Some(UnaryOp::Relu)),
         // batched weights
         c(DType::BF16, 3, 512, 300, 2, false, None),
+        // streamed: a pass a column (K = 1024), passes crossing columns at several offsets
+        // (K = 2560), a part group at the end, bias and an activation
+        c(DType::BF16, 1, 1024, 17925, 1, false, Some(UnaryOp::Silu)),
+        c(DType::F16, 1, 2560, 9003, 2, false, None),
     ];
     for case in cases {
         let what = format!("{case:?}");
@@ -236,24 +249,27 @@ fn gemvs(generic: &CudaBackend, instanced: &CudaBackend) {
             .into_iter()
             .map(|(name, v)| inputs(&p, [(name, v)]).into_iter().next().expect("one"))
             .collect();
-        let (want, kernels) = run_gemv(generic, &p, &ins);
-        assert_eq!(kernels, ["k_gemv16"], "{what}");
-        let (got, kernels) = run_gemv(instanced, &p, &ins);
-        let instance = if case.dt == DType::BF16 {
-            "k_gemv16_bf16"
+        let suffix = if case.dt == DType::BF16 {
+            "_bf16"
         } else {
-            "k_gemv16_f16"
+            "_f16"
         };
-        assert_eq!(kernels, [instance], "{what}");
-        let diff = got
-            .iter()
-            .zip(&want)
-            .filter(|(g, w)| g.to_bits() != w.to_bits())
-            .count();
-        assert_eq!(
-            diff, 0,
-            "{what}: {diff} elements differ from the generic kernel's"
-        );
+        let (want, kernels) = run_gemv(generic, &p, &ins);
+        assert_eq!(kernels.len(), 1, "{what}: {kernels:?}");
+        let name = kernels[0];
+        assert!(["k_gemv16", "k_gemv16s"].contains(&name), "{what}: {name}");
+        let (got, kernels) = run_gemv(instanced, &p, &ins);
+        assert_eq!(kernels, [format!("{name}{suffix}")], "{what}");
+        let (plain, kernels) = run_gemv(unstreamed, &p, &ins);
+        assert_eq!(kernels, [format!("k_gemv16{suffix}")], "{what}");
+        for (label, other) in [("the generic kernel's", &want), ("k_gemv16's", &plain)] {
+            let diff = got
+                .iter()
+                .zip(other)
+                .filter(|(g, w)| g.to_bits() != w.to_bits())
+                .count();
+            assert_eq!(diff, 0, "{what}: {diff} elements differ from {label}");
+        }
         assert_near_cpu(&what, &p, &ins, std::slice::from_ref(&got));
     }
 }

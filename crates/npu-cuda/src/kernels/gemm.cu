@@ -282,7 +282,11 @@ __device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n)
 // Measured, not kept: also reading the operands' rank-dependent fields through unrolled
 // selects instead of a run-time index into the parameters (which copies them to local memory
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
-template <int DT>
+// STREAM (k_gemv16s, for matrices wider than a wave of groups, K / 256 >= GV_U): a lane's
+// units of its successive columns (K / 256 a column) as one stream of GV_U-unit passes, a pass
+// crossing at most one column's end, so a column no longer ends on a part-filled pass (K =
+// 1536: 1.5 passes a column, not 2). The same sums in the same order.
+template <int DT, bool STREAM = false>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
                                             float eps) {
@@ -349,6 +353,66 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     }
     __syncthreads();
   }
+  if (STREAM) {
+    const int P = nv >> 5;  // units a lane takes of a column
+    i64 gn = g + gridDim.x;
+    int jc = 0;  // the pass's first unit of column g
+    float s = 0.0f, s2 = 0.0f;
+    for (;;) {
+#pragma unroll
+      for (int u = 0; u < GV_U; ++u) {
+        const int j = jc + u;
+        if (j < P || gn < groups) {
+          float wf[8], xf[8];
+          unpack8(w[u], dt, wf);
+          unpack8(as4[lane + 32 * (j < P ? j : j - P)], dt, xf);
+          if (j < P) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+          } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) s2 += wf[i] * xf[i];
+          }
+        }
+      }
+      // the next pass: column g's end crossed moves on to gn; its loads go out before the
+      // finished column's reduction and store
+      const i64 done = g;
+      const float sd = s;
+      const bool fin = jc + GV_U >= P;
+      jc += GV_U;
+      if (fin) {
+        s = s2;
+        s2 = 0.0f;
+        g = gn;
+        gn += gridDim.x;
+        row = row_of(g);
+        jc -= P;
+      }
+      if (g < groups) {
+        // the next column's row only where the pass reaches it (not held across passes)
+        const uint4* rn = jc + GV_U > P && gn < groups ? row_of(gn) : row;
+#pragma unroll
+        for (int u = 0; u < GV_U; ++u) {
+          const int j = jc + u;
+          if (j < P) w[u] = __ldcs(row + lane + 32 * j);
+          else if (gn < groups) w[u] = __ldcs(rn + lane + 32 * (j - P));
+        }
+      }
+      if (fin) {
+        const float t = warp_sum(sd);
+        const i64 n = done * 8 + warp;
+        if (lane == 0 && n < N) {
+          float v = alpha * t;
+          if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
+          if (act >= 0) v = apply_unary(act, v);
+          st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+        }
+        if (g >= groups) break;
+      }
+    }
+    return;
+  }
   for (; g < groups; g += gridDim.x) {
     i64 n = g * 8 + warp;
     float s = 0.0f;
@@ -400,6 +464,22 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<DT_F16>(GEMV16_ARGS);
+}
+// k_gemv16 with STREAM (above), for matrices wider than a wave of column groups.
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16s(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<-1, true>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16s_bf16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_BF16, true>(GEMV16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256, 4) k_gemv16s_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_F16, true>(GEMV16_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

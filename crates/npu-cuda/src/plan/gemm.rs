@@ -12,6 +12,8 @@ use npu_program::program::Binding;
 /// column groups): the residency its 64 registers per thread allow at 256 threads (ptxas;
 /// bounding it to 5 or 6 blocks spills).
 const GEMV16_BLOCKS_PER_SM: usize = 4;
+/// `GV_U` of kernels/gemm.cu: the 16-byte loads a lane has in flight in `k_gemv16`.
+const GEMV16_GV_U: usize = 4;
 
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
@@ -142,11 +144,17 @@ impl Planner<'_> {
             // k_gemv16 loops over groups of 8 columns: at most GEMV16_BLOCKS_PER_SM blocks
             // per SM, each staging `a` once.
             let groups = n.div_ceil(8);
-            let blocks = if raw16 {
-                groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
-            } else {
-                groups
-            };
+            let cap = GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize;
+            let blocks = if raw16 { groups.min(cap) } else { groups };
+            // A matrix wider than one wave of groups whose K gives each lane at least a pass
+            // of a column (K % 256 == 0, K >= 256 GV_U) streams its columns' units as one
+            // sequence of passes (k_gemv16s).
+            let stream = raw16
+                && self.dev.gemv_stream
+                && groups > cap
+                && k.is_multiple_of(256)
+                && k >= 256 * GEMV16_GV_U;
+            let name = if stream { "k_gemv16s" } else { name };
             // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16)
             let func = if raw16 {
                 self.f_dt(name, &[dtype_code(a_dtype), dtype_code(b_dtype)])
