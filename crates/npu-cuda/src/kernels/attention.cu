@@ -894,11 +894,6 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
 #define DM_STAGE_ELEMS (DM_KEYS * DM_LD)
 #define DM_SMEM_BYTES (4 * DM_STAGE_ELEMS * 2 + DM_MAXT / 8)
 
-template <int N>
-__device__ __forceinline__ void cp_async_wait_n() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // The first live tile at or after `from` (tile count `n` when none).
 __device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int n) {
   for (int w = from >> 5; (w << 5) < n; ++w) {

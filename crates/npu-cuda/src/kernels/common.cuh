@@ -66,8 +66,13 @@ __device__ __forceinline__ void cp_async16_hint(void* dst, const void* src, bool
                "r"(fill ? 16u : 0u), "l"(pol));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+// Waits until at most N of the cp.async groups this thread committed are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_n() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 // Waits for every cp.async group this thread committed.
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait() { cp_async_wait_n<0>(); }
 
 // Before pdl_enter() a kernel may only prefetch into L2: statements calling prefetch_l2* (the
 // device unit test checks this). While the previous grid runs, a kernel's blocks can already
