@@ -311,6 +311,22 @@ __device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, u
   cp_async_commit();
 }
 
+// Four 8x8 16-bit matrices from shared memory, lane l giving row l & 7 of matrix l >> 3; lane
+// t receives row t / 4, columns 2 (t % 4) and + 1 of each (an A fragment's layout).
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const unsigned short* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// The transpose of an 8x8 16-bit matrix held a row fragment a lane (row t / 4, columns
+// 2 (t % 4) and + 1), in the same layout.
+__device__ __forceinline__ unsigned movmatrix_trans(unsigned x) {
+  unsigned r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
+  return r;
+}
+
 // B fragments of O += P V for one 16-key step and two 8-dim tiles: V stored [key][d], read
 // transposed by ldmatrix (lanes 0-15 address keys 0-15 at dims n0, lanes 16-31 at n0 + 8).
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const unsigned short* p) {
@@ -1172,6 +1188,266 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   }
 }
 
+// EXPERIMENT (exp-st): attn_dec_mma_body with the products transposed, S^T = K Q^T and
+// O^T = V^T P^T: the warp's 16 keys are the m16 rows and the group's heads the 8 columns, so
+// no accumulator row idles (the untransposed form uses 6 of 16 rows in Qwen): half the mma
+// and half the accumulator registers a tile, K's fragments by ldmatrix, P^T's by movmatrix.
+// The prologue (live tiles, staging, early reads) and the warps' merge are
+// attn_dec_mma_body's.
+template <bool BF>
+__device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, const TD& v, const TD& mask,
+                                                  int has_mask, float scale, int group, i64 split_len,
+                                                  int nsplit, float* part, unsigned char* dsm, const TD& pos,
+                                                  int pre) {
+  unsigned short* kst = (unsigned short*)dsm;  // [2][DM_KEYS][DM_LD]
+  unsigned short* vst = kst + 2 * DM_STAGE_ELEMS;  // [2][DM_KEYS][DM_LD]
+  unsigned* live = (unsigned*)(vst + 2 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
+  const int D = (int)q.sh[3], nkc = D / 16;
+  const i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
+  const int split = blockIdx.x;
+  const i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);
+  const int ntile = t_end > t_begin ? (int)((t_end - t_begin + DM_KEYS - 1) / DM_KEYS) : 0;
+  const i64 mbase = has_mask ? b * mask.st[0] + (kh * group) * mask.st[1] : 0;
+  // Live tiles of the range: every mask load in flight (eight keys a load where the mask is
+  // 16-bit with contiguous aligned keys), then one OR per live tile.
+  for (int w = tid; w < DM_MAXT / 32; w += blockDim.x) live[w] = 0u;
+  __syncthreads();
+  if (has_mask) {
+    const bool mvec = is16_dt(mask.dt) && mask.st[3] == 1 && (mbase % 8) == 0 && (mask.ptr % 16) == 0 &&
+                      (t_begin % 8) == 0 && (T % 8) == 0;
+    const int nkeys = (int)(t_end - t_begin);
+    if (mvec) {
+      const unsigned short* mp = (const unsigned short*)mask.ptr + mbase + t_begin;
+      for (int e = tid * 8; e < nkeys; e += blockDim.x * 8) {
+        uint4 u = *(const uint4*)(mp + e);
+        unsigned w4[4] = {u.x, u.y, u.z, u.w};
+        bool any = false;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          any |= !(h16_to_f32(w4[j] & 0xffff, mask.dt) <= MASKED);
+          any |= !(h16_to_f32(w4[j] >> 16, mask.dt) <= MASKED);
+        }
+        int tile = e / DM_KEYS;
+        if (any && tile < DM_MAXT) atomicOr(&live[tile >> 5], 1u << (tile & 31));
+      }
+    } else {
+      for (int e = tid; e < nkeys; e += blockDim.x) {
+        float mv = ld(mask, mbase + (t_begin + e) * mask.st[3]);
+        int tile = e / DM_KEYS;
+        if (!(mv <= MASKED) && tile < DM_MAXT) atomicOr(&live[tile >> 5], 1u << (tile & 31));
+      }
+    }
+  } else {
+    for (int tile = tid; tile < min(ntile, DM_MAXT); tile += blockDim.x) atomicOr(&live[tile >> 5], 1u << (tile & 31));
+  }
+  // O^T = V^T P^T: rows d = mt * 16 + g (+ 8), columns heads tq * 2 (+ 1)
+  float acc[MQ_MAXD / 16][4];
+#pragma unroll
+  for (int mt = 0; mt < MQ_MAXD / 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+  // the online softmax's max and this lane's part of the sum, for heads tq * 2 and tq * 2 + 1
+  float m2[2] = {-NPU_INF, -NPU_INF}, l2[2] = {0.0f, 0.0f};
+  const i64 kbase = b * k.st[0] + kh * k.st[1], vbase = b * v.st[0] + kh * v.st[1];
+  __syncthreads();  // live bits complete
+  // the planner keeps a split within DM_MAXT tiles
+  const int nlist = min(ntile, DM_MAXT);
+  const DmStage plan = dm_stage_plan(k, kbase, v, vbase, D);
+  int cur = dm_next_live(live, 0, nlist);
+  if (cur < nlist) dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS, D, kst, vst);
+  // With `pre`, everything above ran before the programmatic wait: the launch before this one
+  // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
+  // q (its loads in flight with the position's), and row p of the staged tile again.
+  if (pre) pdl_enter();
+  // Q^T of head g as B fragments (heads past the group zero): dims kc * 16 + tq * 2 (+ 1), + 8
+  unsigned qb[MQ_MAXD / 16][2];
+  const bool qrow = g < group;
+  const i64 qoff = b * q.st[0] + (kh * group + (qrow ? g : 0)) * q.st[1];
+#pragma unroll
+  for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
+    if (kc < nkc) {
+      const int d = kc * 16 + tq * 2;
+      qb[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
+      qb[kc][1] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
+    }
+  }
+  if (pre) {
+    const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
+    const i64 t0 = t_begin + (i64)cur * DM_KEYS;
+    if (cur < nlist && p >= t0 && p < t0 + DM_KEYS && p < T) {  // D % 16 == 0 (planner)
+      cp_async_wait_n<0>();
+      __syncthreads();
+      const int per = D / 8, r = (int)(p - t0);
+      for (int idx = tid; idx < 2 * per; idx += blockDim.x) {
+        const bool isv = idx >= per;
+        const TD& t = isv ? v : k;
+        const i64 base = isv ? vbase : kbase;
+        const int c = (idx % per) * 8;
+        unsigned short* dst = (isv ? vst : kst) + r * DM_LD + c;
+        const unsigned short* src = (const unsigned short*)t.ptr + base + p * t.st[2] + c * t.st[3];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dst[i] = src[i * t.st[3]];
+      }
+      __syncthreads();
+    }
+  }
+  // ldmatrix addressing: lane l gives row l & 7 of 8x8 matrix l >> 3; kq: this lane's first
+  // head of the scores and first key of the A fragments
+  const int lrow = lane & 7, lmat = lane >> 3, kq = tq * 2;
+  for (int it = 0; cur < nlist; ++it) {
+    const int buf = it & 1;
+    const int nxt = dm_next_live(live, cur + 1, nlist);
+    const i64 t0 = t_begin + (i64)cur * DM_KEYS;
+    // this lane's two keys of the warp's 16 (g, g + 8): mask values read before the wait
+    float mv[2];
+    bool ok[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const i64 t = t0 + warp * 16 + g + j * 8;
+      ok[j] = t < t_end;
+      mv[j] = has_mask && ok[j] ? ld(mask, mbase + t * mask.st[3]) : 0.0f;
+    }
+    if (nxt < nlist) {
+      dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)nxt * DM_KEYS, D, kst + (buf ^ 1) * DM_STAGE_ELEMS,
+               vst + (buf ^ 1) * DM_STAGE_ELEMS);
+      cp_async_wait_n<2>();  // this tile's two groups done, the next tile's two in flight
+    } else {
+      cp_async_wait_n<0>();
+    }
+    __syncthreads();
+    const unsigned short* ks = kst + buf * DM_STAGE_ELEMS;
+    const unsigned short* vs = vst + buf * DM_STAGE_ELEMS;
+    // S^T = K Q^T over the warp's 16 keys (rows) and the group's heads (columns): K's A
+    // fragments by ldmatrix (matrices: keys 0-7 / 8-15 at dims 0-7, then at dims 8-15 of the
+    // step), two accumulators over alternate steps (half the dependent chain of mma)
+    float sc[2][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a) sc[a][0] = sc[a][1] = sc[a][2] = sc[a][3] = 0.0f;
+    const unsigned short* krow = ks + (warp * 16 + lrow + (lmat & 1) * 8) * DM_LD + (lmat >> 1) * 8;
+#pragma unroll
+    for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
+      if (kc < nkc) {
+        unsigned ka[4];
+        ldmatrix_x4(ka, krow + kc * 16);
+        mma16816<BF>(sc[kc & 1], ka, qb[kc][0], qb[kc][1]);
+      }
+    }
+    // s[i]: key g (i < 2) or g + 8, head tq * 2 + (i & 1)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) ok[j] = ok[j] && !(mv[j] <= MASKED);
+    float s[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[i] = ok[i >> 1] ? (sc[0][i] + sc[1][i]) * scale + mv[i >> 1] : -NPU_INF;
+    // per head, the max over the warp's 16 keys: the lanes of one tq (g = lane >> 2)
+    float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 4));
+      mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 8));
+      mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 16));
+    }
+    float c[2];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const float mn = fmaxf(m2[h2], mx[h2]);
+      c[h2] = m2[h2] == -NPU_INF ? 0.0f : expf(m2[h2] - mn);
+      m2[h2] = mn;
+    }
+    float p[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = s[i] == -NPU_INF ? 0.0f : expf(s[i] - m2[i & 1]);
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) l2[h2] = l2[h2] * c[h2] + (p[h2] + p[h2 + 2]);
+#pragma unroll
+    for (int mt = 0; mt < MQ_MAXD / 16; ++mt) {
+      acc[mt][0] *= c[0];
+      acc[mt][1] *= c[1];
+      acc[mt][2] *= c[0];
+      acc[mt][3] *= c[1];
+    }
+    // P^T's B fragments (keys tq * 2 (+ 1), + 8, x head g): this lane's (keys g, g + 8 x heads
+    // tq * 2 (+ 1)) transposed as two 8x8 matrices
+    const unsigned pb0 = movmatrix_trans(pack_h2<BF>(p[0], p[1]));
+    const unsigned pb1 = movmatrix_trans(pack_h2<BF>(p[2], p[3]));
+    // masked keys' V rows zeroed (a stale slot may hold inf or NaN): key j's flag is bit 4 j
+    // of the ballot over keys g (lo) or g + 8 (hi)
+    const unsigned lo = __ballot_sync(0xffffffffu, ok[0]), hi = __ballot_sync(0xffffffffu, ok[1]);
+    const unsigned za = ((lo >> (4 * kq)) & 1u ? 0xffffu : 0u) | ((lo >> (4 * kq + 4)) & 1u ? 0xffff0000u : 0u);
+    const unsigned zb = ((hi >> (4 * kq)) & 1u ? 0xffffu : 0u) | ((hi >> (4 * kq + 4)) & 1u ? 0xffff0000u : 0u);
+    // O^T += V^T P^T: V^T's A fragments by ldmatrix.trans (matrices: keys 0-7 at dims 0-7 and
+    // 8-15 of the m tile, then keys 8-15 at the same)
+    const unsigned short* vrow = vs + (warp * 16 + lrow + (lmat >> 1) * 8) * DM_LD + (lmat & 1) * 8;
+#pragma unroll
+    for (int mt = 0; mt < MQ_MAXD / 16; ++mt) {
+      if (mt < nkc) {
+        unsigned va[4];
+        ldmatrix_x4_trans(va, vrow + mt * 16);
+        va[0] &= za;
+        va[1] &= za;
+        va[2] &= zb;
+        va[3] &= zb;
+        mma16816<BF>(acc[mt], va, pb0, pb1);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+    cur = nxt;
+  }
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    l2[h2] += __shfl_xor_sync(0xffffffffu, l2[h2], 4);
+    l2[h2] += __shfl_xor_sync(0xffffffffu, l2[h2], 8);
+    l2[h2] += __shfl_xor_sync(0xffffffffu, l2[h2], 16);
+  }
+  // Merge the four warps' states (the stages' space is free now): per warp and head m, l and
+  // acc[D]; then thread (g, d) pairs sum them under the block maximum.
+  float* xm = (float*)dsm;  // [4][8] m
+  float* xl = xm + 32;  // [4][8] l
+  float* xa = xl + 32;  // [4][8][MQ_MAXD] acc
+  if (g == 0) {
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      xm[warp * 8 + kq + h2] = m2[h2];
+      xl[warp * 8 + kq + h2] = l2[h2];
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MQ_MAXD / 16; ++mt) {
+    if (mt < nkc) {
+      float* a = xa + (warp * 8 + kq) * MQ_MAXD + mt * 16 + g;
+      a[0] = acc[mt][0];
+      a[MQ_MAXD] = acc[mt][1];
+      a[8] = acc[mt][2];
+      a[MQ_MAXD + 8] = acc[mt][3];
+    }
+  }
+  __syncthreads();
+  // per head, its four warps' weights once; a thread's dims d = tid, tid + 128, ... (no
+  // division per element)
+  for (int hg = 0; hg < group; ++hg) {
+    float M = -NPU_INF;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) M = fmaxf(M, xm[w * 8 + hg]);
+    float wt[4], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float mw = xm[w * 8 + hg];
+      wt[w] = mw == -NPU_INF ? 0.0f : expf(mw - M);
+      L += xl[w * 8 + hg] * wt[w];
+    }
+    float* pp = part + ((b * H + kh * group + hg) * nsplit + split) * (i64)(D + 2);
+    if (tid == 0) {
+      pp[0] = M;
+      pp[1] = L;
+    }
+    for (int d = tid; d < D; d += blockDim.x) {
+      float A = 0.0f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) A += xa[(w * 8 + hg) * MQ_MAXD + d] * wt[w];
+      pp[2 + d] = A;
+    }
+  }
+}
+
 // At least three blocks an SM, as its shared memory allows: unbounded, CUDA 13.5's NVRTC gives
 // it 184 registers (two blocks an SM), the GPU machine's 162.
 extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
@@ -1186,6 +1462,23 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, 
     attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
   } else {
     attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
+  }
+#endif
+}
+
+// EXPERIMENT (exp-st): k_attn_dec_mma on attn_dec_mmat_body.
+extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mmat(TD q, TD k, TD v, TD mask, int has_mask,
+                                                                 float scale, int group, i64 split_len,
+                                                                 int nsplit, float* part, TD pos, int pre) {
+  prefetch_l2_attn_rows(k, split_len);
+  prefetch_l2_attn_rows(v, split_len);
+  if (!pre) pdl_enter();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(16) unsigned char dm_smem[];
+  if (q.dt == DT_BF16) {
+    attn_dec_mmat_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
+  } else {
+    attn_dec_mmat_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
   }
 #endif
 }
