@@ -1188,23 +1188,78 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   }
 }
 
+// A warp's share of k_attn_dec_mmat's staging (exp-st2): its 16 keys' K rows, then their V
+// rows, into its own stage, one cp.async group; a lane's rows and column worked out once.
+// Where D / 8 divides 32 and both caches' rows are contiguous and aligned, lane l copies the
+// pieces at column (l % per) * 8 of rows l / per, + 32 / per, ...; otherwise element copies.
+struct DwStage {
+  const unsigned short *ks, *vs;  // key 0 of this (batch, KV head)
+  i64 krs, vrs, T;
+  u64 pol;
+  int r0, rstep, c, fast;
+};
+__device__ __forceinline__ DwStage dw_stage_plan(const TD& k, i64 kbase, const TD& v, i64 vbase, int D) {
+  DwStage p;
+  const int per = D / 8, lane = threadIdx.x & 31;
+  p.ks = (const unsigned short*)k.ptr + kbase;
+  p.vs = (const unsigned short*)v.ptr + vbase;
+  p.krs = k.st[2];
+  p.vrs = v.st[2];
+  p.T = k.sh[2];
+  p.pol = l2_evict_first();
+  p.fast = rows_vec16(k, kbase) && rows_vec16(v, vbase) && (32 % per) == 0;
+  p.r0 = lane / per;
+  p.rstep = 32 / per;
+  p.c = (lane % per) * 8;
+  return p;
+}
+// Keys t0 .. t0 + 15 of K, then of V, into dst[0..15] and dst[16..31] (rows DM_LD apart;
+// zeros past T); one commit group.
+__device__ __forceinline__ void dw_stage(const DwStage& p, const TD& k, i64 kbase, const TD& v, i64 vbase, i64 t0,
+                                         int D, unsigned short* dst) {
+  if (p.fast) {
+    // rows past T: a 0-byte source fills the 16 bytes with zeros
+    for (int row = p.r0; row < 16; row += p.rstep) {
+      const i64 tt = t0 + row;
+      const i64 ts = min(tt, p.T - 1);
+      cp_async16_hint(dst + row * DM_LD + p.c, p.ks + ts * p.krs + p.c, tt < p.T, p.pol);
+      cp_async16_hint(dst + (16 + row) * DM_LD + p.c, p.vs + ts * p.vrs + p.c, tt < p.T, p.pol);
+    }
+  } else {
+    const int per = D / 8;
+    for (int idx = threadIdx.x & 31; idx < 32 * per; idx += 32) {
+      const bool isv = idx >= 16 * per;
+      const int e = isv ? idx - 16 * per : idx;
+      const int row = e / per, c = (e % per) * 8;
+      const i64 tt = t0 + row;
+      const TD& t = isv ? v : k;
+      const unsigned short* src = (const unsigned short*)t.ptr + (isv ? vbase : kbase);
+      unsigned short* d = dst + ((isv ? 16 : 0) + row) * DM_LD + c;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) d[i] = tt < p.T ? src[tt * t.st[2] + (c + i) * t.st[3]] : 0;
+    }
+  }
+  cp_async_commit();
+}
+
 // EXPERIMENT (exp-st): attn_dec_mma_body with the products transposed, S^T = K Q^T and
 // O^T = V^T P^T: the warp's 16 keys are the m16 rows and the group's heads the 8 columns, so
 // no accumulator row idles (the untransposed form uses 6 of 16 rows in Qwen): half the mma
 // and half the accumulator registers a tile, K's fragments by ldmatrix, P^T's by movmatrix.
-// The prologue (live tiles, staging, early reads) and the warps' merge are
-// attn_dec_mma_body's.
+// The prologue (live tiles, early reads) and the warps' merge are attn_dec_mma_body's.
+// exp-st2: each warp stages its own 16 keys of a tile (only it reads them), so the tile loop
+// has no block barrier: the warps run their tile chains out of step.
 template <bool BF>
 __device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, const TD& v, const TD& mask,
                                                   int has_mask, float scale, int group, i64 split_len,
                                                   int nsplit, float* part, unsigned char* dsm, const TD& pos,
                                                   int pre) {
-  unsigned short* kst = (unsigned short*)dsm;  // [2][DM_KEYS][DM_LD]
-  unsigned short* vst = kst + 2 * DM_STAGE_ELEMS;  // [2][DM_KEYS][DM_LD]
-  unsigned* live = (unsigned*)(vst + 2 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
+  // per warp, two stages of its 16 keys' K rows then V rows: [4][2][2][16][DM_LD]
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  unsigned short* wst = (unsigned short*)dsm + warp * (4 * 16 * DM_LD);
+  unsigned* live = (unsigned*)((unsigned short*)dsm + 4 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
   const int D = (int)q.sh[3], nkc = D / 16;
   const i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
   const int split = blockIdx.x;
   const i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);
@@ -1252,9 +1307,9 @@ __device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, con
   __syncthreads();  // live bits complete
   // the planner keeps a split within DM_MAXT tiles
   const int nlist = min(ntile, DM_MAXT);
-  const DmStage plan = dm_stage_plan(k, kbase, v, vbase, D);
+  const DwStage plan = dw_stage_plan(k, kbase, v, vbase, D);
   int cur = dm_next_live(live, 0, nlist);
-  if (cur < nlist) dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS, D, kst, vst);
+  if (cur < nlist) dw_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS + warp * 16, D, wst);
   // With `pre`, everything above ran before the programmatic wait: the launch before this one
   // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
   // q (its loads in flight with the position's), and row p of the staged tile again.
@@ -1274,21 +1329,23 @@ __device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, con
   if (pre) {
     const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
     const i64 t0 = t_begin + (i64)cur * DM_KEYS;
-    if (cur < nlist && p >= t0 && p < t0 + DM_KEYS && p < T) {  // D % 16 == 0 (planner)
+    // only the warp whose 16 keys hold p
+    const i64 w0 = t0 + warp * 16;
+    if (cur < nlist && p >= w0 && p < w0 + 16 && p < T) {  // D % 16 == 0 (planner)
       cp_async_wait_n<0>();
-      __syncthreads();
-      const int per = D / 8, r = (int)(p - t0);
-      for (int idx = tid; idx < 2 * per; idx += blockDim.x) {
+      __syncwarp();
+      const int per = D / 8, r = (int)(p - w0);
+      for (int idx = lane; idx < 2 * per; idx += 32) {
         const bool isv = idx >= per;
         const TD& t = isv ? v : k;
         const i64 base = isv ? vbase : kbase;
         const int c = (idx % per) * 8;
-        unsigned short* dst = (isv ? vst : kst) + r * DM_LD + c;
+        unsigned short* dst = wst + ((isv ? 16 : 0) + r) * DM_LD + c;
         const unsigned short* src = (const unsigned short*)t.ptr + base + p * t.st[2] + c * t.st[3];
 #pragma unroll
         for (int i = 0; i < 8; ++i) dst[i] = src[i * t.st[3]];
       }
-      __syncthreads();
+      __syncwarp();
     }
   }
   // ldmatrix addressing: lane l gives row l & 7 of 8x8 matrix l >> 3; kq: this lane's first
@@ -1308,22 +1365,22 @@ __device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, con
       mv[j] = has_mask && ok[j] ? ld(mask, mbase + t * mask.st[3]) : 0.0f;
     }
     if (nxt < nlist) {
-      dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)nxt * DM_KEYS, D, kst + (buf ^ 1) * DM_STAGE_ELEMS,
-               vst + (buf ^ 1) * DM_STAGE_ELEMS);
-      cp_async_wait_n<2>();  // this tile's two groups done, the next tile's two in flight
+      dw_stage(plan, k, kbase, v, vbase, t_begin + (i64)nxt * DM_KEYS + warp * 16, D,
+               wst + (buf ^ 1) * (2 * 16 * DM_LD));
+      cp_async_wait_n<1>();  // this tile's group done, the next tile's in flight
     } else {
       cp_async_wait_n<0>();
     }
-    __syncthreads();
-    const unsigned short* ks = kst + buf * DM_STAGE_ELEMS;
-    const unsigned short* vs = vst + buf * DM_STAGE_ELEMS;
+    __syncwarp();  // every lane's copies of this stage visible to the warp
+    const unsigned short* ks = wst + buf * (2 * 16 * DM_LD);
+    const unsigned short* vs = ks + 16 * DM_LD;
     // S^T = K Q^T over the warp's 16 keys (rows) and the group's heads (columns): K's A
     // fragments by ldmatrix (matrices: keys 0-7 / 8-15 at dims 0-7, then at dims 8-15 of the
     // step), two accumulators over alternate steps (half the dependent chain of mma)
     float sc[2][4];
 #pragma unroll
     for (int a = 0; a < 2; ++a) sc[a][0] = sc[a][1] = sc[a][2] = sc[a][3] = 0.0f;
-    const unsigned short* krow = ks + (warp * 16 + lrow + (lmat & 1) * 8) * DM_LD + (lmat >> 1) * 8;
+    const unsigned short* krow = ks + (lrow + (lmat & 1) * 8) * DM_LD + (lmat >> 1) * 8;
 #pragma unroll
     for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
       if (kc < nkc) {
@@ -1376,7 +1433,7 @@ __device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, con
     const unsigned zb = ((hi >> (4 * kq)) & 1u ? 0xffffu : 0u) | ((hi >> (4 * kq + 4)) & 1u ? 0xffff0000u : 0u);
     // O^T += V^T P^T: V^T's A fragments by ldmatrix.trans (matrices: keys 0-7 at dims 0-7 and
     // 8-15 of the m tile, then keys 8-15 at the same)
-    const unsigned short* vrow = vs + (warp * 16 + lrow + (lmat >> 1) * 8) * DM_LD + (lmat & 1) * 8;
+    const unsigned short* vrow = vs + (lrow + (lmat >> 1) * 8) * DM_LD + (lmat & 1) * 8;
 #pragma unroll
     for (int mt = 0; mt < MQ_MAXD / 16; ++mt) {
       if (mt < nkc) {
@@ -1389,9 +1446,10 @@ __device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, con
         mma16816<BF>(acc[mt], va, pb0, pb1);
       }
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
+    __syncwarp();  // the warp is done with this stage before it refills it
     cur = nxt;
   }
+  __syncthreads();  // every warp is done with its stages: the merge below reuses their space
 #pragma unroll
   for (int h2 = 0; h2 < 2; ++h2) {
     l2[h2] += __shfl_xor_sync(0xffffffffu, l2[h2], 4);
