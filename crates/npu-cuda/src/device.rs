@@ -46,7 +46,6 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_attn_combine",
     "k_attn_dec",
     "k_attn_dec_mma",
-    "k_attn_dec_mmat",
     "k_attn_tiles",
     "k_attn_mma",
     "k_conv_direct",
@@ -256,13 +255,7 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = [
-            "k_attn",
-            "k_attn_dec_mma",
-            "k_attn_dec_mmat",
-            "k_gemv",
-            "k_gemv16",
-        ];
+        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()
@@ -555,11 +548,11 @@ mod tests {
             while body.starts_with("prefetch_l2") {
                 body = body.split_once(';').map_or("", |(_, b)| b).trim_start();
             }
-            // k_attn_dec_mma (and its transposed form, k_attn_dec_mmat) waits later where the
-            // planner proved its early reads safe (`Planner::cache_written_before`):
-            // `if (!pre) pdl_enter();` and, in its body, `if (pre) { pdl_enter(); ...`.
-            let late = (head.contains(" k_attn_dec_mma(") || head.contains(" k_attn_dec_mmat("))
-                && body.starts_with("if (!pre) pdl_enter();");
+            // k_attn_dec_mma waits later where the planner proved its early reads safe
+            // (`Planner::cache_written_before`): `if (!pre) pdl_enter();` and, in its body,
+            // `if (pre) pdl_enter();` after the staging of its first tile.
+            let late =
+                head.contains(" k_attn_dec_mma(") && body.starts_with("if (!pre) pdl_enter();");
             if !body.starts_with("pdl_enter();") && !late {
                 missing.push(name.to_string());
             }

@@ -890,19 +890,23 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
   }
 }
 
-// Decode attention on tensor cores for 16-bit caches (one query row, the group's <= 8 heads as
-// the rows of an m16n8k16 tile; rows 8..15 idle): grid (split, B * KVH), 4 warps. Where
-// k_attn_dec keeps one key per lane and leaves most of the memory system idle at long contexts
-// (ncu at 32000 keys: 15% of DRAM bandwidth, 70 us a layer), this kernel streams the block's
-// key range through shared memory in tiles of DM_KEYS keys, each tile's K, V copied by
-// cp.async while the tile before it is computed (two stages), every warp taking 16 keys of a
-// tile: S = Q K^T and O += P V as mma.sync with f32 accumulation, the online softmax per row
-// in registers. With a mask the block first reads its range's mask (16-byte loads, all in
-// flight) and marks the tiles holding an attended slot: only those are copied (a cache of
-// 32768 slots at position 2000 reads 2000 keys, not 32768). Masked slots get probability
-// exactly 0 and their V rows are taken as zero (a stale slot holding inf gives no NaN). The
-// warps' states are merged through shared memory into one partial per head in k_attn_dec's
-// format, merged over the splits by k_attn_combine.
+// Decode attention on tensor cores for 16-bit caches (one query row, the group's <= 8 heads):
+// grid (split, B * KVH), 4 warps. Where k_attn_dec keeps one key per lane and leaves most of
+// the memory system idle at long contexts (ncu at 32000 keys: 15% of DRAM bandwidth, 70 us a
+// layer), this kernel streams the block's key range in tiles of DM_KEYS keys, every warp
+// taking 16 keys of a tile. The products are transposed, S^T = K Q^T and O^T = V^T P^T: the
+// warp's 16 keys are the m16 rows and the group's heads the 8 columns, so no accumulator row
+// idles (with the heads as rows, 10 of 16 idled in Qwen, and the accumulators needed twice the
+// registers). A warp copies its own keys' K and V rows by cp.async into its own two stages
+// while it computes the tile before (only it reads them), so the tile loop has no block
+// barrier and the warps run their dependent chains out of step (H100, decode at 32000 of
+// 32768: the attention 0.97 -> 0.81 ms a step against the untransposed, block-staged form).
+// With a mask the block first reads its range's mask (16-byte loads, all in flight) and marks
+// the tiles holding an attended slot: only those are copied (a cache of 32768 slots at
+// position 2000 reads 2000 keys, not 32768). Masked slots get probability exactly 0 and their V
+// rows are zeroed (a stale slot holding inf gives no NaN). The warps' states are merged through
+// shared memory into one partial per head in k_attn_dec's format, merged over the splits by
+// k_attn_combine. tools/mma-emu/attn_dec_mma_tile.py checks a warp's tile step off the GPU.
 #define DM_KEYS 64
 #define DM_MAXT 1024  // tiles per split whose live flags fit the block's bit set
 #define DM_LD (MQ_MAXD + 8)  // shared row pitch in 16-bit elements (ldmatrix without bank conflicts)
@@ -919,276 +923,7 @@ __device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int 
   return n;
 }
 
-// One thread's share of staging a tile's K and V rows in k_attn_dec_mma, worked out once per
-// block: mq_stage recomputes its layout checks, its L2 policy and a division and a remainder
-// per 16-byte piece on every tile (H100, ncu at 32000 keys: ~1,200 instructions a warp per
-// tile, the issue slots waiting on them with 2.5 warps a scheduler). Where both caches' rows
-// are contiguous and aligned and a block's threads tile a row's pieces evenly (D / 8 divides
-// the block), a thread copies the pieces at column `c` of rows r0, r0 + rstep, ...;
-// otherwise mq_stage does it.
-struct DmStage {
-  const unsigned short *ks, *vs;  // key 0 of this (batch, KV head)
-  i64 krs, vrs, T;  // row strides, keys
-  u64 pol;
-  int r0, rstep, c, fast;
-};
-__device__ __forceinline__ DmStage dm_stage_plan(const TD& k, i64 kbase, const TD& v, i64 vbase, int D) {
-  DmStage p;
-  const int per = D / 8;
-  p.ks = (const unsigned short*)k.ptr + kbase;
-  p.vs = (const unsigned short*)v.ptr + vbase;
-  p.krs = k.st[2];
-  p.vrs = v.st[2];
-  p.T = k.sh[2];
-  p.pol = l2_evict_first();
-  p.fast = rows_vec16(k, kbase) && rows_vec16(v, vbase) && (blockDim.x % per) == 0;
-  p.r0 = threadIdx.x / per;
-  p.rstep = blockDim.x / per;
-  p.c = (threadIdx.x % per) * 8;
-  return p;
-}
-// Keys t0 .. t0 + DM_KEYS - 1 of K, then of V, as two mq_stage(.., true) calls stage them
-// (zeros past T; one commit group each).
-__device__ __forceinline__ void dm_stage(const DmStage& p, const TD& k, i64 kbase, const TD& v, i64 vbase,
-                                         i64 t0, int D, unsigned short* kdst, unsigned short* vdst) {
-  if (!p.fast) {
-    mq_stage(k, kbase, t0, D, kdst, true);
-    mq_stage(v, vbase, t0, D, vdst, true);
-    return;
-  }
-  // rows past T: a 0-byte source fills the 16 bytes with zeros
-  for (int row = p.r0; row < DM_KEYS; row += p.rstep) {
-    const i64 tt = t0 + row;
-    cp_async16_hint(kdst + row * DM_LD + p.c, p.ks + min(tt, p.T - 1) * p.krs + p.c, tt < p.T, p.pol);
-  }
-  cp_async_commit();
-  for (int row = p.r0; row < DM_KEYS; row += p.rstep) {
-    const i64 tt = t0 + row;
-    cp_async16_hint(vdst + row * DM_LD + p.c, p.vs + min(tt, p.T - 1) * p.vrs + p.c, tt < p.T, p.pol);
-  }
-  cp_async_commit();
-}
-
-template <bool BF>
-__device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
-                                                  int has_mask, float scale, int group, i64 split_len,
-                                                  int nsplit, float* part, unsigned char* dsm, const TD& pos,
-                                                  int pre) {
-  unsigned short* kst = (unsigned short*)dsm;  // [2][DM_KEYS][DM_LD]
-  unsigned short* vst = kst + 2 * DM_STAGE_ELEMS;  // [2][DM_KEYS][DM_LD]
-  unsigned* live = (unsigned*)(vst + 2 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
-  const int D = (int)q.sh[3], nkc = D / 16, ndn = D / 8;
-  const i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
-  const int split = blockIdx.x;
-  const i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);
-  const int ntile = t_end > t_begin ? (int)((t_end - t_begin + DM_KEYS - 1) / DM_KEYS) : 0;
-  const i64 mbase = has_mask ? b * mask.st[0] + (kh * group) * mask.st[1] : 0;
-  // Live tiles of the range: every mask load in flight (eight keys a load where the mask is
-  // 16-bit with contiguous aligned keys), then one OR per live tile.
-  for (int w = tid; w < DM_MAXT / 32; w += blockDim.x) live[w] = 0u;
-  __syncthreads();
-  if (has_mask) {
-    const bool mvec = is16_dt(mask.dt) && mask.st[3] == 1 && (mbase % 8) == 0 && (mask.ptr % 16) == 0 &&
-                      (t_begin % 8) == 0 && (T % 8) == 0;
-    const int nkeys = (int)(t_end - t_begin);
-    if (mvec) {
-      const unsigned short* mp = (const unsigned short*)mask.ptr + mbase + t_begin;
-      for (int e = tid * 8; e < nkeys; e += blockDim.x * 8) {
-        uint4 u = *(const uint4*)(mp + e);
-        unsigned w4[4] = {u.x, u.y, u.z, u.w};
-        bool any = false;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          any |= !(h16_to_f32(w4[j] & 0xffff, mask.dt) <= MASKED);
-          any |= !(h16_to_f32(w4[j] >> 16, mask.dt) <= MASKED);
-        }
-        int tile = e / DM_KEYS;
-        if (any && tile < DM_MAXT) atomicOr(&live[tile >> 5], 1u << (tile & 31));
-      }
-    } else {
-      for (int e = tid; e < nkeys; e += blockDim.x) {
-        float mv = ld(mask, mbase + (t_begin + e) * mask.st[3]);
-        int tile = e / DM_KEYS;
-        if (!(mv <= MASKED) && tile < DM_MAXT) atomicOr(&live[tile >> 5], 1u << (tile & 31));
-      }
-    }
-  } else {
-    for (int tile = tid; tile < min(ntile, DM_MAXT); tile += blockDim.x) atomicOr(&live[tile >> 5], 1u << (tile & 31));
-  }
-  float acc[MQ_MAXD / 8][4];
-#pragma unroll
-  for (int dn = 0; dn < MQ_MAXD / 8; ++dn) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
-  float m0 = -NPU_INF, l0 = 0.0f;
-  const i64 kbase = b * k.st[0] + kh * k.st[1], vbase = b * v.st[0] + kh * v.st[1];
-  __syncthreads();  // live bits complete
-  // the planner keeps a split within DM_MAXT tiles
-  const int nlist = min(ntile, DM_MAXT);
-  const DmStage plan = dm_stage_plan(k, kbase, v, vbase, D);
-  int cur = dm_next_live(live, 0, nlist);
-  if (cur < nlist) dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS, D, kst, vst);
-  // With `pre`, everything above ran before the programmatic wait: the launch before this one
-  // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
-  // q (its loads in flight with the position's), and row p of the staged tile again.
-  if (pre) pdl_enter();
-  // Q of head g (rows g < group; rows 8..15 and heads past the group are zero) as A fragments
-  unsigned qa[MQ_MAXD / 16][4];
-  const bool qrow = g < group;
-  const i64 qoff = b * q.st[0] + (kh * group + (qrow ? g : 0)) * q.st[1];
-#pragma unroll
-  for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
-    if (kc < nkc) {
-      const int d = kc * 16 + tq * 2;
-      qa[kc][0] = qrow ? ld_pair(q, qoff + d) : 0u;
-      qa[kc][2] = qrow ? ld_pair(q, qoff + d + 8) : 0u;
-      qa[kc][1] = qa[kc][3] = 0u;
-    }
-  }
-  if (pre) {
-    const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
-    const i64 t0 = t_begin + (i64)cur * DM_KEYS;
-    if (cur < nlist && p >= t0 && p < t0 + DM_KEYS && p < T) {  // D % 16 == 0 (planner)
-      cp_async_wait_n<0>();
-      __syncthreads();
-      const int per = D / 8, r = (int)(p - t0);
-      for (int idx = tid; idx < 2 * per; idx += blockDim.x) {
-        const bool isv = idx >= per;
-        const TD& t = isv ? v : k;
-        const i64 base = isv ? vbase : kbase;
-        const int c = (idx % per) * 8;
-        unsigned short* dst = (isv ? vst : kst) + r * DM_LD + c;
-        const unsigned short* src = (const unsigned short*)t.ptr + base + p * t.st[2] + c * t.st[3];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) dst[i] = src[i * t.st[3]];
-      }
-      __syncthreads();
-    }
-  }
-  for (int it = 0; cur < nlist; ++it) {
-    const int buf = it & 1;
-    const int nxt = dm_next_live(live, cur + 1, nlist);
-    const i64 t0 = t_begin + (i64)cur * DM_KEYS;
-    // this lane's four keys of the warp's 16 (tq*2, +1, +8, +9): mask values read before the
-    // wait, so their latency overlaps the tile's copy
-    const int kw = warp * 16 + tq * 2;
-    float mv[4];
-    bool ok[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const i64 t = t0 + kw + (j & 1) + (j >> 1) * 8;
-      ok[j] = t < t_end;
-      mv[j] = has_mask && ok[j] ? ld(mask, mbase + t * mask.st[3]) : 0.0f;
-    }
-    if (nxt < nlist) {
-      dm_stage(plan, k, kbase, v, vbase, t_begin + (i64)nxt * DM_KEYS, D, kst + (buf ^ 1) * DM_STAGE_ELEMS,
-               vst + (buf ^ 1) * DM_STAGE_ELEMS);
-      cp_async_wait_n<2>();  // this tile's two groups done, the next tile's two in flight
-    } else {
-      cp_async_wait_n<0>();
-    }
-    __syncthreads();
-    const unsigned short* ks = kst + buf * DM_STAGE_ELEMS;
-    const unsigned short* vs = vst + buf * DM_STAGE_ELEMS;
-    float sc[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-#pragma unroll
-    for (int kc = 0; kc < MQ_MAXD / 16; ++kc) {
-      if (kc < nkc) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const unsigned short* kr = ks + (warp * 16 + nt * 8 + g) * DM_LD + kc * 16 + tq * 2;
-          mma16816<BF>(sc[nt], qa[kc], *(const unsigned*)kr, *(const unsigned*)(kr + 8));
-        }
-      }
-    }
-    // row g's scores: sc[nt][0..1] are keys kw + nt*8 (+1); rows 8..15 (sc[nt][2..3]) are idle
-#pragma unroll
-    for (int j = 0; j < 4; ++j) ok[j] = ok[j] && !(mv[j] <= MASKED);
-    float s[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) s[j] = ok[j] ? sc[j >> 1][j & 1] * scale + mv[j] : -NPU_INF;
-    float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float mn = fmaxf(m0, mx);
-    const float c0 = m0 == -NPU_INF ? 0.0f : expf(m0 - mn);
-    m0 = mn;
-    float p[4], ps = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      p[j] = s[j] == -NPU_INF ? 0.0f : expf(s[j] - mn);
-      ps += p[j];
-    }
-    l0 = l0 * c0 + ps;
-#pragma unroll
-    for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
-      acc[dn][0] *= c0;
-      acc[dn][1] *= c0;
-    }
-    // O += P V over the warp's 16 keys: P's row g as the A fragment (rows 8..15 zero), V's B
-    // fragments by ldmatrix.trans with masked keys' rows zeroed
-    unsigned pa[4];
-    pa[0] = pack_h2<BF>(p[0], p[1]);
-    pa[1] = 0u;
-    pa[2] = pack_h2<BF>(p[2], p[3]);
-    pa[3] = 0u;
-    const unsigned za = (ok[0] ? 0xffffu : 0u) | (ok[1] ? 0xffff0000u : 0u);
-    const unsigned zb = (ok[2] ? 0xffffu : 0u) | (ok[3] ? 0xffff0000u : 0u);
-    const unsigned short* vrow = vs + (warp * 16 + (lane & 15)) * DM_LD + (lane >> 4) * 8;
-    mma_pv16<BF>(acc, pa, vrow, za, zb, ndn);
-    __syncthreads();  // every warp is done with this stage before it is refilled
-    cur = nxt;
-  }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  // Merge the four warps' states (the stages' space is free now): per warp and head m, l and
-  // acc[D]; then thread (g, d) pairs sum them under the block maximum.
-  float* xm = (float*)dsm;  // [4][8] m
-  float* xl = xm + 32;  // [4][8] l
-  float* xa = xl + 32;  // [4][8][MQ_MAXD] acc
-  if (tq == 0) {
-    xm[warp * 8 + g] = m0;
-    xl[warp * 8 + g] = l0;
-  }
-#pragma unroll
-  for (int dn = 0; dn < MQ_MAXD / 8; ++dn) {
-    if (dn < ndn) {
-      float* a = xa + (warp * 8 + g) * MQ_MAXD + dn * 8 + tq * 2;
-      a[0] = acc[dn][0];
-      a[1] = acc[dn][1];
-    }
-  }
-  __syncthreads();
-  // per head, its four warps' weights once; a thread's dims d = tid, tid + 128, ... (no
-  // division per element)
-  for (int hg = 0; hg < group; ++hg) {
-    float M = -NPU_INF;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) M = fmaxf(M, xm[w * 8 + hg]);
-    float wt[4], L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float mw = xm[w * 8 + hg];
-      wt[w] = mw == -NPU_INF ? 0.0f : expf(mw - M);
-      L += xl[w * 8 + hg] * wt[w];
-    }
-    float* pp = part + ((b * H + kh * group + hg) * nsplit + split) * (i64)(D + 2);
-    if (tid == 0) {
-      pp[0] = M;
-      pp[1] = L;
-    }
-    for (int d = tid; d < D; d += blockDim.x) {
-      float A = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) A += xa[(w * 8 + hg) * MQ_MAXD + d] * wt[w];
-      pp[2 + d] = A;
-    }
-  }
-}
-
-// A warp's share of k_attn_dec_mmat's staging (exp-st2): its 16 keys' K rows, then their V
+// A warp's share of k_attn_dec_mma's staging: its 16 keys' K rows, then their V
 // rows, into its own stage, one cp.async group; a lane's rows and column worked out once.
 // Where D / 8 divides 32 and both caches' rows are contiguous and aligned, lane l copies the
 // pieces at column (l % per) * 8 of rows l / per, + 32 / per, ...; otherwise element copies.
@@ -1242,15 +977,8 @@ __device__ __forceinline__ void dw_stage(const DwStage& p, const TD& k, i64 kbas
   cp_async_commit();
 }
 
-// EXPERIMENT (exp-st): attn_dec_mma_body with the products transposed, S^T = K Q^T and
-// O^T = V^T P^T: the warp's 16 keys are the m16 rows and the group's heads the 8 columns, so
-// no accumulator row idles (the untransposed form uses 6 of 16 rows in Qwen): half the mma
-// and half the accumulator registers a tile, K's fragments by ldmatrix, P^T's by movmatrix.
-// The prologue (live tiles, early reads) and the warps' merge are attn_dec_mma_body's.
-// exp-st2: each warp stages its own 16 keys of a tile (only it reads them), so the tile loop
-// has no block barrier: the warps run their tile chains out of step.
 template <bool BF>
-__device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, const TD& v, const TD& mask,
+__device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
                                                   int has_mask, float scale, int group, i64 split_len,
                                                   int nsplit, float* part, unsigned char* dsm, const TD& pos,
                                                   int pre) {
@@ -1506,8 +1234,7 @@ __device__ __forceinline__ void attn_dec_mmat_body(const TD& q, const TD& k, con
   }
 }
 
-// At least three blocks an SM, as its shared memory allows: unbounded, CUDA 13.5's NVRTC gives
-// it 184 registers (two blocks an SM), the GPU machine's 162.
+// At least three blocks an SM, as its shared memory allows (138 registers, no spills).
 extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
                                                                  float scale, int group, i64 split_len,
                                                                  int nsplit, float* part, TD pos, int pre) {
@@ -1520,23 +1247,6 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, 
     attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
   } else {
     attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
-  }
-#endif
-}
-
-// EXPERIMENT (exp-st): k_attn_dec_mma on attn_dec_mmat_body.
-extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mmat(TD q, TD k, TD v, TD mask, int has_mask,
-                                                                 float scale, int group, i64 split_len,
-                                                                 int nsplit, float* part, TD pos, int pre) {
-  prefetch_l2_attn_rows(k, split_len);
-  prefetch_l2_attn_rows(v, split_len);
-  if (!pre) pdl_enter();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(16) unsigned char dm_smem[];
-  if (q.dt == DT_BF16) {
-    attn_dec_mmat_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
-  } else {
-    attn_dec_mmat_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
   }
 #endif
 }

@@ -217,14 +217,7 @@ impl Planner<'_> {
         let pre = self.cache_written_before(ins);
         let launches = vec![
             kl(
-                // EXPERIMENT (exp-st): the transposed products unless NPU_CUDA_DEC_MMAT=0
-                self.f(
-                    if std::env::var("NPU_CUDA_DEC_MMAT").is_ok_and(|v| v == "0") {
-                        "k_attn_dec_mma"
-                    } else {
-                        "k_attn_dec_mmat"
-                    },
-                ),
+                self.f("k_attn_dec_mma"),
                 (nsplit as u32, (b * kvh) as u32, 1),
                 128,
                 DM_SMEM_BYTES,

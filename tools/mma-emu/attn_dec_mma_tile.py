@@ -1,10 +1,10 @@
-"""One warp of attn_dec_mmat_body's tile steps (crates/npu-cuda/src/kernels/attention.cu), its
+"""One warp of attn_dec_mma_body's tile steps (crates/npu-cuda/src/kernels/attention.cu), its
 index logic ported line for line onto an emulation of the PTX fragment layouts (ldmatrix with
-and without .trans, mma.m16n8k16, movmatrix.trans; the layouts as k_attn_dec_mma, which runs on
-the GPU, uses them), against numpy: S = Q K^T, the online softmax, O = P V, with masked keys
+and without .trans, mma.m16n8k16, movmatrix.trans; the layouts as the prefill's k_attn_mma,
+which runs on the GPU, uses them), against numpy: S = Q K^T, the online softmax, O = P V, with masked keys
 whose V rows hold inf. Prints the worst relative error: ~7e-4 with P rounded to f16 only in the
 kernel, 0 with the reference rounding it too. Needs numpy (the project's .venv has it):
-    .venv/bin/python tools/mma-emu/attn_dec_mmat_tile.py"""
+    .venv/bin/python tools/mma-emu/attn_dec_mma_tile.py"""
 import numpy as np
 
 rng = np.random.default_rng(0)
