@@ -929,7 +929,7 @@ __device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int 
 // pieces at column (l % per) * 8 of rows l / per, + 32 / per, ...; otherwise element copies.
 struct DwStage {
   const unsigned short *ks, *vs;  // key 0 of this (batch, KV head)
-  i64 krs, vrs, T;
+  i64 krs, vrs, T;  // row strides, keys
   u64 pol;
   int r0, rstep, c, fast;
 };
