@@ -140,6 +140,10 @@ fi
 
 check "python: export tool lint" bash -c 'cd tools/export && ../../.venv/bin/ruff check . && ../../.venv/bin/ruff format --check .'
 pytest_step "python: export tool tests" tools/export/tests
+# The decode attention's tile logic on an emulation of the PTX fragment layouts (no GPU here).
+check "tools: mma emulation lint" bash -c '.venv/bin/ruff check --config tools/export/pyproject.toml tools/mma-emu &&
+    .venv/bin/ruff format --config tools/export/pyproject.toml --check tools/mma-emu'
+check "tools: decode attention tile emulated against numpy" .venv/bin/python tools/mma-emu/attn_dec_mma_tile.py
 
 # The Python package, installed as a user would (a release build of crates/npu-python).
 check "python package: pip install ." .venv/bin/pip install --quiet .
