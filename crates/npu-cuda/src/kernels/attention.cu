@@ -910,9 +910,10 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
 #define DM_KEYS 64
 #define DM_MAXT 1024  // tiles per split whose live flags fit the block's bit set
 #define DM_LD (MQ_MAXD + 8)  // shared row pitch in 16-bit elements (ldmatrix without bank conflicts)
-// dynamic shared memory: two stages of K and V tiles, then the live-tile bits
-#define DM_STAGE_ELEMS (DM_KEYS * DM_LD)
-#define DM_SMEM_BYTES (4 * DM_STAGE_ELEMS * 2 + DM_MAXT / 8)
+// dynamic shared memory: each warp's ring of three 16-row slots (its keys' K or V rows), then
+// the live-tile bits (52.4 KB: four blocks an SM)
+#define DM_RING_ELEMS (3 * 16 * DM_LD)
+#define DM_SMEM_BYTES (4 * DM_RING_ELEMS * 2 + DM_MAXT / 8)
 
 // The first live tile at or after `from` (tile count `n` when none).
 __device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int n) {
@@ -948,28 +949,25 @@ __device__ __forceinline__ DwStage dw_stage_plan(const TD& k, i64 kbase, const T
   p.c = (lane % per) * 8;
   return p;
 }
-// Keys t0 .. t0 + 15 of K, then of V, into dst[0..15] and dst[16..31] (rows DM_LD apart;
+// Keys t0 .. t0 + 15 of K (`isv` false, `t` = k) or of V into dst[0..15] (rows DM_LD apart;
 // zeros past T); one commit group.
-__device__ __forceinline__ void dw_stage(const DwStage& p, const TD& k, i64 kbase, const TD& v, i64 vbase, i64 t0,
-                                         int D, unsigned short* dst) {
+__device__ __forceinline__ void dw_stage(const DwStage& p, const TD& t, i64 base, bool isv, i64 t0, int D,
+                                         unsigned short* dst) {
   if (p.fast) {
+    const unsigned short* src = isv ? p.vs : p.ks;
+    const i64 rs = isv ? p.vrs : p.krs;
     // rows past T: a 0-byte source fills the 16 bytes with zeros
     for (int row = p.r0; row < 16; row += p.rstep) {
       const i64 tt = t0 + row;
-      const i64 ts = min(tt, p.T - 1);
-      cp_async16_hint(dst + row * DM_LD + p.c, p.ks + ts * p.krs + p.c, tt < p.T, p.pol);
-      cp_async16_hint(dst + (16 + row) * DM_LD + p.c, p.vs + ts * p.vrs + p.c, tt < p.T, p.pol);
+      cp_async16_hint(dst + row * DM_LD + p.c, src + min(tt, p.T - 1) * rs + p.c, tt < p.T, p.pol);
     }
   } else {
     const int per = D / 8;
-    for (int idx = threadIdx.x & 31; idx < 32 * per; idx += 32) {
-      const bool isv = idx >= 16 * per;
-      const int e = isv ? idx - 16 * per : idx;
-      const int row = e / per, c = (e % per) * 8;
+    const unsigned short* src = (const unsigned short*)t.ptr + base;
+    for (int idx = threadIdx.x & 31; idx < 16 * per; idx += 32) {
+      const int row = idx / per, c = (idx % per) * 8;
       const i64 tt = t0 + row;
-      const TD& t = isv ? v : k;
-      const unsigned short* src = (const unsigned short*)t.ptr + (isv ? vbase : kbase);
-      unsigned short* d = dst + ((isv ? 16 : 0) + row) * DM_LD + c;
+      unsigned short* d = dst + row * DM_LD + c;
 #pragma unroll
       for (int i = 0; i < 8; ++i) d[i] = tt < p.T ? src[tt * t.st[2] + (c + i) * t.st[3]] : 0;
     }
@@ -982,10 +980,11 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
                                                   int has_mask, float scale, int group, i64 split_len,
                                                   int nsplit, float* part, unsigned char* dsm, const TD& pos,
                                                   int pre) {
-  // per warp, two stages of its 16 keys' K rows then V rows: [4][2][2][16][DM_LD]
+  // per warp, a ring of three slots of 16 rows, [4][3][16][DM_LD]: a tile's K rows, its V
+  // rows and the next tile's K rows in turn
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  unsigned short* wst = (unsigned short*)dsm + warp * (4 * 16 * DM_LD);
-  unsigned* live = (unsigned*)((unsigned short*)dsm + 4 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
+  unsigned short* ring = (unsigned short*)dsm + warp * DM_RING_ELEMS;
+  unsigned* live = (unsigned*)((unsigned short*)dsm + 4 * DM_RING_ELEMS);  // [DM_MAXT / 32]
   const int D = (int)q.sh[3], nkc = D / 16;
   const i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
   const i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
@@ -1036,8 +1035,13 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   // the planner keeps a split within DM_MAXT tiles
   const int nlist = min(ntile, DM_MAXT);
   const DwStage plan = dw_stage_plan(k, kbase, v, vbase, D);
+  const int wk = warp * 16;  // this warp's keys of a tile
   int cur = dm_next_live(live, 0, nlist);
-  if (cur < nlist) dw_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS + warp * 16, D, wst);
+  if (cur < nlist) {
+    // slots 0 and 1 (the early reads below re-copy row p there)
+    dw_stage(plan, k, kbase, false, t_begin + (i64)cur * DM_KEYS + wk, D, ring);
+    dw_stage(plan, v, vbase, true, t_begin + (i64)cur * DM_KEYS + wk, D, ring + 16 * DM_LD);
+  }
   // With `pre`, everything above ran before the programmatic wait: the launch before this one
   // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
   // q (its loads in flight with the position's), and row p of the staged tile again.
@@ -1058,7 +1062,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
     const i64 t0 = t_begin + (i64)cur * DM_KEYS;
     // only the warp whose 16 keys hold p
-    const i64 w0 = t0 + warp * 16;
+    const i64 w0 = t0 + wk;
     if (cur < nlist && p >= w0 && p < w0 + 16 && p < T) {  // D % 16 == 0 (planner)
       cp_async_wait_n<0>();
       __syncwarp();
@@ -1068,7 +1072,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
         const TD& t = isv ? v : k;
         const i64 base = isv ? vbase : kbase;
         const int c = (idx % per) * 8;
-        unsigned short* dst = wst + ((isv ? 16 : 0) + r) * DM_LD + c;
+        unsigned short* dst = ring + ((isv ? 16 : 0) + r) * DM_LD + c;
         const unsigned short* src = (const unsigned short*)t.ptr + base + p * t.st[2] + c * t.st[3];
 #pragma unroll
         for (int i = 0; i < 8; ++i) dst[i] = src[i * t.st[3]];
@@ -1079,29 +1083,34 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   // ldmatrix addressing: lane l gives row l & 7 of 8x8 matrix l >> 3; kq: this lane's first
   // head of the scores and first key of the A fragments
   const int lrow = lane & 7, lmat = lane >> 3, kq = tq * 2;
-  for (int it = 0; cur < nlist; ++it) {
-    const int buf = it & 1;
-    const int nxt = dm_next_live(live, cur + 1, nlist);
+  // the next tile's K rows into slot 2; then, per tile, V of the next tile where K of this one
+  // was and K of the one after where V of this one was: a slot is refilled as soon as the warp
+  // has read it, two copies in flight while it computes
+  int nxt = cur < nlist ? dm_next_live(live, cur + 1, nlist) : nlist;
+  if (nxt < nlist) dw_stage(plan, k, kbase, false, t_begin + (i64)nxt * DM_KEYS + wk, D, ring + 2 * 16 * DM_LD);
+  int sk = 0;  // the slot of this tile's K rows; its V rows are in the next slot
+  while (cur < nlist) {
+    const int nn = nxt < nlist ? dm_next_live(live, nxt + 1, nlist) : nlist;
+    const int sv = sk == 2 ? 0 : sk + 1, sn = sv == 2 ? 0 : sv + 1;
     const i64 t0 = t_begin + (i64)cur * DM_KEYS;
     // this lane's two keys of the warp's 16 (g, g + 8): mask values read before the wait
     float mv[2];
     bool ok[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const i64 t = t0 + warp * 16 + g + j * 8;
+      const i64 t = t0 + wk + g + j * 8;
       ok[j] = t < t_end;
       mv[j] = has_mask && ok[j] ? ld(mask, mbase + t * mask.st[3]) : 0.0f;
     }
+    // this tile's K rows landed; its V rows and the next tile's K rows may still fly
     if (nxt < nlist) {
-      dw_stage(plan, k, kbase, v, vbase, t_begin + (i64)nxt * DM_KEYS + warp * 16, D,
-               wst + (buf ^ 1) * (2 * 16 * DM_LD));
-      cp_async_wait_n<1>();  // this tile's group done, the next tile's in flight
+      cp_async_wait_n<2>();
     } else {
-      cp_async_wait_n<0>();
+      cp_async_wait_n<1>();
     }
-    __syncwarp();  // every lane's copies of this stage visible to the warp
-    const unsigned short* ks = wst + buf * (2 * 16 * DM_LD);
-    const unsigned short* vs = ks + 16 * DM_LD;
+    __syncwarp();  // every lane's copies of the slot visible to the warp
+    const unsigned short* ks = ring + sk * (16 * DM_LD);
+    const unsigned short* vs = ring + sv * (16 * DM_LD);
     // S^T = K Q^T over the warp's 16 keys (rows) and the group's heads (columns): K's A
     // fragments by ldmatrix (matrices: keys 0-7 / 8-15 at dims 0-7, then at dims 8-15 of the
     // step), two accumulators over alternate steps (half the dependent chain of mma)
@@ -1161,6 +1170,14 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     const unsigned zb = ((hi >> (4 * kq)) & 1u ? 0xffffu : 0u) | ((hi >> (4 * kq + 4)) & 1u ? 0xffff0000u : 0u);
     // O^T += V^T P^T: V^T's A fragments by ldmatrix.trans (matrices: keys 0-7 at dims 0-7 and
     // 8-15 of the m tile, then keys 8-15 at the same)
+    __syncwarp();  // the warp is done with the K slot: the next tile's V rows go there
+    if (nxt < nlist) {
+      dw_stage(plan, v, vbase, true, t_begin + (i64)nxt * DM_KEYS + wk, D, ring + sk * (16 * DM_LD));
+      cp_async_wait_n<2>();  // this tile's V rows landed; the next tile's K and V may still fly
+    } else {
+      cp_async_wait_n<0>();
+    }
+    __syncwarp();
     const unsigned short* vrow = vs + (lrow + (lmat >> 1) * 8) * DM_LD + (lmat & 1) * 8;
 #pragma unroll
     for (int mt = 0; mt < MQ_MAXD / 16; ++mt) {
@@ -1174,8 +1191,11 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
         mma16816<BF>(acc[mt], va, pb0, pb1);
       }
     }
-    __syncwarp();  // the warp is done with this stage before it refills it
+    __syncwarp();  // the warp is done with the V slot: the K rows of the tile after next go there
+    if (nn < nlist) dw_stage(plan, k, kbase, false, t_begin + (i64)nn * DM_KEYS + wk, D, ring + sv * (16 * DM_LD));
+    sk = sn;
     cur = nxt;
+    nxt = nn;
   }
   __syncthreads();  // every warp is done with its stages: the merge below reuses their space
 #pragma unroll
@@ -1234,8 +1254,8 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   }
 }
 
-// At least three blocks an SM, as its shared memory allows (138 registers, no spills).
-extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
+// Four blocks an SM, as its shared memory allows (EXPERIMENT exp-ring: registers capped at 128).
+extern "C" __global__ void __launch_bounds__(128, 4) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
                                                                  float scale, int group, i64 split_len,
                                                                  int nsplit, float* part, TD pos, int pre) {
   prefetch_l2_attn_rows(k, split_len);

@@ -24,11 +24,11 @@ const MQ_MAXD: usize = 128;
 /// (kernels/attention.cu: DM_KEYS, DM_MAXT, DM_SMEM_BYTES).
 const DM_KEYS: usize = 64;
 const DM_MAXT: usize = 1024;
-const DM_SMEM_BYTES: u32 = (4 * DM_KEYS * (MQ_MAXD + 8) * 2 + DM_MAXT / 8) as u32;
+const DM_SMEM_BYTES: u32 = (4 * 3 * 16 * (MQ_MAXD + 8) * 2 + DM_MAXT / 8) as u32;
 /// Resident `k_attn_dec_mma` blocks per SM its shared memory allows (3 x 69.8 KB of 228 KB):
 /// the split is sized so the grid is one such wave (H100, Qwen2.5-1.5B decode at 32000 keys:
 /// 2.95 ms at this sizing, 2.98 / 3.12 for 2 / 1.5 blocks per SM, 3.19 for two waves).
-const DM_BLOCKS_PER_SM: usize = 3;
+const DM_BLOCKS_PER_SM: usize = 4;
 
 impl Planner<'_> {
     pub(super) fn attention(
@@ -206,7 +206,14 @@ impl Planner<'_> {
         if !self.dev.dec_mma || !self.mma_operands(ins) {
             return None;
         }
-        let want = (DM_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+        // EXPERIMENT (exp-ring): NPU_CUDA_X_DM_WAVE sizes the splits for that many blocks an
+        // SM instead of DM_BLOCKS_PER_SM.
+        let wave = std::env::var("NPU_CUDA_X_DM_WAVE")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&w| w > 0)
+            .unwrap_or(DM_BLOCKS_PER_SM);
+        let want = (wave * self.dev.sms.max(1) as usize)
             .div_ceil(b * kvh)
             .max(1);
         let split_len =
