@@ -639,6 +639,9 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_mma(TD q, TD k, TD v, T
 // not a loop of single loads.
 #define CMAX 1024
 #define CW 8
+// values a lane loads in one round: CW * CU = 256 splits (decode at 32000 keys: 171) in one
+// round trip (EXPERIMENT exp-comb: 8 before, three rounds at 171 splits)
+#define CU 32
 extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* part, int nsplit, TD out) {
   pdl_enter();
   __shared__ float wsh[CMAX];
@@ -654,9 +657,9 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
   const float* pd = pp + 2 + min(d, D - 1);
   const int ncached = min(nsplit, CMAX);
   // this warp's first round of values and this thread's split's (m, l), all in flight
-  float x[8];
+  float x[CU];
 #pragma unroll
-  for (int u = 0; u < 8; ++u) {
+  for (int u = 0; u < CU; ++u) {
     const int j = warp + u * CW;
     x[u] = j < ncached ? pd[j * ld] : 0.0f;
   }
@@ -675,19 +678,19 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
     L += (first ? l_own : pp[i * ld + 1]) * w;
   }
   L = block_sum(L);  // its barriers also publish wsh
-  // eight loads in flight per round, no branch between them (ncu: with the weight's
+  // CU loads in flight per round, no branch between them (ncu: with the weight's
   // recompute branch in the loop, each load waited for the one before: 31 us per call)
   float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   for (int i = warp;;) {
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
+    for (int u = 0; u < CU; ++u) {
       const int j = i + u * CW;
-      if (j < ncached) a[u] += x[u] * wsh[j];
+      if (j < ncached) a[u & 7] += x[u] * wsh[j];
     }
-    i += 8 * CW;
+    i += CU * CW;
     if (i >= ncached) break;
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
+    for (int u = 0; u < CU; ++u) {
       const int j = i + u * CW;
       x[u] = j < ncached ? pd[j * ld] : 0.0f;
     }
