@@ -910,9 +910,11 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
 #define DM_KEYS 64
 #define DM_MAXT 1024  // tiles per split whose live flags fit the block's bit set
 #define DM_LD (MQ_MAXD + 8)  // shared row pitch in 16-bit elements (ldmatrix without bank conflicts)
-// dynamic shared memory: two stages of K and V tiles, then the live-tile bits
-#define DM_STAGE_ELEMS (DM_KEYS * DM_LD)
-#define DM_SMEM_BYTES (4 * DM_STAGE_ELEMS * 2 + DM_MAXT / 8)
+// dynamic shared memory: each of the 4 warps' two stages of its 16 keys' K rows then V rows,
+// then the live-tile bits
+#define DM_WSTAGE_ELEMS (32 * DM_LD)
+#define DM_WARP_ELEMS (2 * DM_WSTAGE_ELEMS)
+#define DM_SMEM_BYTES (4 * DM_WARP_ELEMS * 2 + DM_MAXT / 8)
 
 // The first live tile at or after `from` (tile count `n` when none).
 __device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int n) {
@@ -984,8 +986,8 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
                                                   int pre) {
   // per warp, two stages of its 16 keys' K rows then V rows: [4][2][2][16][DM_LD]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  unsigned short* wst = (unsigned short*)dsm + warp * (4 * 16 * DM_LD);
-  unsigned* live = (unsigned*)((unsigned short*)dsm + 4 * DM_STAGE_ELEMS);  // [DM_MAXT / 32]
+  unsigned short* wst = (unsigned short*)dsm + warp * DM_WARP_ELEMS;
+  unsigned* live = (unsigned*)((unsigned short*)dsm + 4 * DM_WARP_ELEMS);  // [DM_MAXT / 32]
   const int D = (int)q.sh[3], nkc = D / 16;
   const i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
   const i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
@@ -1094,13 +1096,13 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     }
     if (nxt < nlist) {
       dw_stage(plan, k, kbase, v, vbase, t_begin + (i64)nxt * DM_KEYS + warp * 16, D,
-               wst + (buf ^ 1) * (2 * 16 * DM_LD));
+               wst + (buf ^ 1) * DM_WSTAGE_ELEMS);
       cp_async_wait_n<1>();  // this tile's group done, the next tile's in flight
     } else {
       cp_async_wait_n<0>();
     }
     __syncwarp();  // every lane's copies of this stage visible to the warp
-    const unsigned short* ks = wst + buf * (2 * 16 * DM_LD);
+    const unsigned short* ks = wst + buf * DM_WSTAGE_ELEMS;
     const unsigned short* vs = ks + 16 * DM_LD;
     // S^T = K Q^T over the warp's 16 keys (rows) and the group's heads (columns): K's A
     // fragments by ldmatrix (matrices: keys 0-7 / 8-15 at dims 0-7, then at dims 8-15 of the
