@@ -1041,8 +1041,11 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   int cur = dm_next_live(live, 0, nlist);
   if (cur < nlist) dw_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS + warp * 16, D, wst);
   // With `pre`, everything above ran before the programmatic wait: the launch before this one
-  // (the RoPE / cache group) writes only row `p` of K and V among what it read. After the wait,
-  // q (its loads in flight with the position's), and row p of the staged tile again.
+  // (the RoPE / cache group) writes only row `p` of K and V among what it read, and reads the
+  // position without writing it (the planner's cache_written_before), so the position is read
+  // before the wait too. After the wait, q and row p of the staged tile again, their loads in
+  // flight together (one round trip; the position's load before them made two).
+  const i64 p = pre ? ldi_dt(pos.ptr, pos.dt, 0) : 0;
   if (pre) pdl_enter();
   // Q^T of head g as B fragments (heads past the group zero): dims kc * 16 + tq * 2 (+ 1), + 8
   unsigned qb[MQ_MAXD / 16][2];
@@ -1057,7 +1060,6 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     }
   }
   if (pre) {
-    const i64 p = ldi_dt(pos.ptr, pos.dt, 0);
     const i64 t0 = t_begin + (i64)cur * DM_KEYS;
     // only the warp whose 16 keys hold p
     const i64 w0 = t0 + warp * 16;

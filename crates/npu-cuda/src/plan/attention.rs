@@ -247,9 +247,9 @@ impl Planner<'_> {
     /// The cache position index where the launch just before this step is the RoPE / cache
     /// group writing one position of this step's K and V (`npu_program::groups::rope_cache`,
     /// both writes from one index) and nothing this step reads before its programmatic wait
-    /// (the mask, the caches' other rows): `k_attn_dec_mma` then reads the mask and stages
-    /// its first K/V tile before the wait and re-reads only that position's row after it.
-    /// None otherwise, or with `NPU_CUDA_ATTN_PRE=0`.
+    /// (the mask, the caches' other rows, the index itself): `k_attn_dec_mma` then reads the
+    /// mask, the index and its first K/V tile before the wait and re-reads only that
+    /// position's row after it. None otherwise, or with `NPU_CUDA_ATTN_PRE=0`.
     fn cache_written_before(&self, ins: &[Binding]) -> Option<&Binding> {
         if std::env::var("NPU_CUDA_ATTN_PRE").is_ok_and(|v| v == "0") {
             return None;
@@ -274,10 +274,10 @@ impl Planner<'_> {
             &kw.outputs[0],
             &vw.outputs[0],
         ];
-        let mask_apart = ins
-            .get(3)
-            .is_none_or(|m| !outs.iter().any(|o| may_share(self.program, o, m)));
-        (same && one(kw) && one(vw) && mask_apart).then_some(&kw.inputs[0])
+        let apart = |t: &Binding| !outs.iter().any(|o| may_share(self.program, o, t));
+        let index = &kw.inputs[0];
+        let mask_apart = ins.get(3).is_none_or(apart);
+        (same && one(kw) && one(vw) && mask_apart && apart(index)).then_some(index)
     }
 
     /// Prefill attention on tensor cores (`k_attn_mma`, kernels/attention.cu), with the mask's
