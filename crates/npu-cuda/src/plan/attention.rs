@@ -209,8 +209,17 @@ impl Planner<'_> {
         let want = (DM_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
             .div_ceil(b * kvh)
             .max(1);
-        let split_len =
-            (t.div_ceil(want).div_ceil(DM_KEYS) * DM_KEYS).clamp(DM_KEYS, DM_KEYS * DM_MAXT);
+        // EXPERIMENT (exp-tiles): NPU_CUDA_X_DM_TILES=N takes N tiles a split instead.
+        let tiles = std::env::var("NPU_CUDA_X_DM_TILES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0);
+        let split_len = match tiles {
+            Some(n) => (n * DM_KEYS).clamp(DM_KEYS, DM_KEYS * DM_MAXT),
+            None => {
+                (t.div_ceil(want).div_ceil(DM_KEYS) * DM_KEYS).clamp(DM_KEYS, DM_KEYS * DM_MAXT)
+            }
+        };
         let nsplit = t.div_ceil(split_len).max(1);
         let part_bytes = align((b * h * nsplit * (d + 2) * 4) as u64);
         let mask = ins.get(3).map_or(TdArg::null(), TdArg::of);
