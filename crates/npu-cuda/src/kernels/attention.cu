@@ -282,27 +282,19 @@ __device__ __forceinline__ bool rows_vec16(const TD& t, i64 base) {
 
 // Stages keys t0 .. t0 + MQ_KEYS - 1 of a K or V tile as [key][d] rows MQ_MAXD + 8 apart, zeros
 // past T: 16-byte cp.async copies (all in flight, no registers) where rows are contiguous and
-// aligned, element loads otherwise. The caller waits (cp_async_wait) and syncs. `once`: no
-// other block reads these rows (decode), so they pass through L2 evict-first.
-__device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, unsigned short* dst,
-                                         bool once = false) {
+// aligned, element loads otherwise. The caller waits (cp_async_wait) and syncs.
+__device__ __forceinline__ void mq_stage(const TD& t, i64 base, i64 t0, int D, unsigned short* dst) {
   i64 T = t.sh[2];
   const unsigned short* src = (const unsigned short*)t.ptr;
   bool vec = rows_vec16(t, base);
   int per = D / 8;
-  const u64 pol = once ? l2_evict_first() : 0;
   for (int idx = threadIdx.x; idx < MQ_KEYS * per; idx += blockDim.x) {
     int row = idx / per, c = (idx % per) * 8;
     i64 tt = t0 + row;
     unsigned short* d = dst + row * (MQ_MAXD + 8) + c;
     if (vec) {
       // rows past T: a 0-byte source fills the 16 bytes with zeros
-      const unsigned short* from = src + base + min(tt, T - 1) * t.st[2] + c;
-      if (once) {
-        cp_async16_hint(d, from, tt < T, pol);
-      } else {
-        cp_async16(d, from, tt < T);
-      }
+      cp_async16(d, src + base + min(tt, T - 1) * t.st[2] + c, tt < T);
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) d[i] = tt < T ? src[base + tt * t.st[2] + (c + i) * t.st[3]] : 0;
