@@ -716,7 +716,9 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
 // arithmetic on the parameters only.
 __device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len) {
   if (threadIdx.x != 0 || !is16_dt(t.dt) || t.st[3] != 1 || t.st[2] != t.sh[3]) return;
-  i64 kh = blockIdx.y % t.sh[1], b = blockIdx.y / t.sh[1];
+  // 32-bit: a head count and a grid index (an i64 division is a ~80-instruction subroutine)
+  const unsigned kvh = (unsigned)t.sh[1];
+  i64 kh = blockIdx.y % kvh, b = blockIdx.y / kvh;
   i64 t0 = blockIdx.x * split_len, t1 = min(t.sh[2], t0 + split_len);
   if (t1 <= t0) return;
   const unsigned short* p = (const unsigned short*)t.ptr + b * t.st[0] + kh * t.st[1] + t0 * t.st[2];
@@ -908,6 +910,62 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
 #define DM_WARP_ELEMS (2 * DM_WSTAGE_ELEMS)
 #define DM_SMEM_BYTES (4 * DM_WARP_ELEMS * 2 + DM_MAXT / 8)
 
+// ld_dt and ldi_dt out of line, for the layouts k_attn_dec_mma's fast paths do not take: the
+// dtype switches' code stays out of the kernel body, so the common path runs straight through
+// (EXPERIMENT exp-prologue: ncu put 27% of the kernel's stall samples in the block's prologue,
+// mostly instruction fetch at branch targets past such code). Scalars, not a TD: a reference
+// to a kernel parameter passed out of line would copy the descriptor to local memory.
+__device__ __noinline__ float ld_dt_cold(u64 p, int dt, i64 off) { return ld_dt(p, dt, off); }
+__device__ __noinline__ i64 ldi_dt_cold(u64 p, int dt, i64 off) { return ldi_dt(p, dt, off); }
+
+// The live-tile words of k_attn_dec_mma's split, each built by one warp (words warp, warp + 4,
+// ...) from ballots over its 32 tiles' mask values and stored whole: no zeroing pass, no
+// barrier before the scan, no shared atomics (the lanes' atomicOr into one word cost 24 shared
+// wavefronts a warp instruction). `mp`: the split's first mask value where the mask is 16-bit
+// with contiguous, 16-byte aligned keys (eight keys a 16-byte load), else null and `mask` read
+// key by key out of line. Tiles past `nlist` in a word get no bit (their keys are past
+// `nkeys`).
+__device__ __forceinline__ void dm_live_words(unsigned* live, const unsigned short* mp, int mdt, const TD& mask,
+                                              i64 mkey0, int has_mask, int nkeys, int nlist) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nwords = (nlist + 31) >> 5;
+  for (int wd = warp; wd < nwords; wd += 4) {
+    unsigned bits = 0u;
+    const int k0 = wd * 32 * DM_KEYS;
+    if (!has_mask) {
+      const int n = nlist - wd * 32;
+      bits = n >= 32 ? ~0u : (1u << n) - 1u;
+    } else if (mp != nullptr) {
+      // 256 keys a round: lane l's eight at l * 8, so lanes 8q .. 8q + 7 hold the round's tile q
+      for (int r = 0; r < 8 && k0 + r * 256 < nkeys; ++r) {
+        const int e = k0 + r * 256 + lane * 8;
+        bool any = false;
+        if (e < nkeys) {
+          const uint4 u = *(const uint4*)(mp + e);
+          const unsigned w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            any |= !(h16_to_f32(w4[j] & 0xffff, mdt) <= MASKED);
+            any |= !(h16_to_f32(w4[j] >> 16, mdt) <= MASKED);
+          }
+        }
+        const unsigned b = __ballot_sync(0xffffffffu, any);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if ((b >> (8 * q)) & 0xffu) bits |= 1u << (4 * r + q);
+      }
+    } else {
+      // 32 keys a round, a key a lane: two rounds a tile
+      for (int r = 0; r < 64 && k0 + r * 32 < nkeys; ++r) {
+        const int e = k0 + r * 32 + lane;
+        const bool any = e < nkeys && !(ld_dt_cold(mask.ptr, mask.dt, mkey0 + e * mask.st[3]) <= MASKED);
+        if (__ballot_sync(0xffffffffu, any)) bits |= 1u << (r >> 1);
+      }
+    }
+    if (lane == 0) live[wd] = bits;
+  }
+}
+
 // The first live tile at or after `from` (tile count `n` when none).
 __device__ __forceinline__ int dm_next_live(const unsigned* live, int from, int n) {
   for (int w = from >> 5; (w << 5) < n; ++w) {
@@ -942,6 +1000,25 @@ __device__ __forceinline__ DwStage dw_stage_plan(const TD& k, i64 kbase, const T
   p.c = (lane % per) * 8;
   return p;
 }
+// dw_stage's element copies, for caches whose rows 16-byte copies cannot take: out of line
+// (EXPERIMENT exp-prologue), so the fast path's code runs straight through. Scalars, not TDs
+// (see ld_dt_cold).
+__device__ __noinline__ void dw_stage_elems(const unsigned short* kp, i64 ks2, i64 ks3, const unsigned short* vp,
+                                            i64 vs2, i64 vs3, i64 T, i64 t0, int D, unsigned short* dst) {
+  const int per = D / 8;
+  for (int idx = threadIdx.x & 31; idx < 32 * per; idx += 32) {
+    const bool isv = idx >= 16 * per;
+    const int e = isv ? idx - 16 * per : idx;
+    const int row = e / per, c = (e % per) * 8;
+    const i64 tt = t0 + row;
+    const unsigned short* src = isv ? vp : kp;
+    const i64 s2 = isv ? vs2 : ks2, s3 = isv ? vs3 : ks3;
+    unsigned short* d = dst + ((isv ? 16 : 0) + row) * DM_LD + c;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) d[i] = tt < T ? src[tt * s2 + (c + i) * s3] : 0;
+  }
+}
+
 // Keys t0 .. t0 + 15 of K, then of V, into dst[0..15] and dst[16..31] (rows DM_LD apart;
 // zeros past T); one commit group.
 __device__ __forceinline__ void dw_stage(const DwStage& p, const TD& k, i64 kbase, const TD& v, i64 vbase, i64 t0,
@@ -955,18 +1032,7 @@ __device__ __forceinline__ void dw_stage(const DwStage& p, const TD& k, i64 kbas
       cp_async16_hint(dst + (16 + row) * DM_LD + p.c, p.vs + ts * p.vrs + p.c, tt < p.T, p.pol);
     }
   } else {
-    const int per = D / 8;
-    for (int idx = threadIdx.x & 31; idx < 32 * per; idx += 32) {
-      const bool isv = idx >= 16 * per;
-      const int e = isv ? idx - 16 * per : idx;
-      const int row = e / per, c = (e % per) * 8;
-      const i64 tt = t0 + row;
-      const TD& t = isv ? v : k;
-      const unsigned short* src = (const unsigned short*)t.ptr + (isv ? vbase : kbase);
-      unsigned short* d = dst + ((isv ? 16 : 0) + row) * DM_LD + c;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) d[i] = tt < p.T ? src[tt * t.st[2] + (c + i) * t.st[3]] : 0;
-    }
+    dw_stage_elems(p.ks, k.st[2], k.st[3], p.vs, v.st[2], v.st[3], p.T, t0, D, dst);
   }
   cp_async_commit();
 }
@@ -982,43 +1048,20 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   unsigned* live = (unsigned*)((unsigned short*)dsm + 4 * DM_WARP_ELEMS);  // [DM_MAXT / 32]
   const int D = (int)q.sh[3], nkc = D / 16;
   const i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
-  const i64 bk = blockIdx.y, b = bk / KVH, kh = bk % KVH;
+  // 32-bit division (EXPERIMENT exp-prologue): the i64 one is a subroutine call
+  const i64 b = blockIdx.y / (unsigned)KVH, kh = blockIdx.y % (unsigned)KVH;
   const int split = blockIdx.x;
   const i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);
   const int ntile = t_end > t_begin ? (int)((t_end - t_begin + DM_KEYS - 1) / DM_KEYS) : 0;
   const i64 mbase = has_mask ? b * mask.st[0] + (kh * group) * mask.st[1] : 0;
-  // Live tiles of the range: every mask load in flight (eight keys a load where the mask is
-  // 16-bit with contiguous aligned keys), then one OR per live tile.
-  for (int w = tid; w < DM_MAXT / 32; w += blockDim.x) live[w] = 0u;
-  __syncthreads();
-  if (has_mask) {
-    const bool mvec = is16_dt(mask.dt) && mask.st[3] == 1 && (mbase % 8) == 0 && (mask.ptr % 16) == 0 &&
-                      (t_begin % 8) == 0 && (T % 8) == 0;
-    const int nkeys = (int)(t_end - t_begin);
-    if (mvec) {
-      const unsigned short* mp = (const unsigned short*)mask.ptr + mbase + t_begin;
-      for (int e = tid * 8; e < nkeys; e += blockDim.x * 8) {
-        uint4 u = *(const uint4*)(mp + e);
-        unsigned w4[4] = {u.x, u.y, u.z, u.w};
-        bool any = false;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          any |= !(h16_to_f32(w4[j] & 0xffff, mask.dt) <= MASKED);
-          any |= !(h16_to_f32(w4[j] >> 16, mask.dt) <= MASKED);
-        }
-        int tile = e / DM_KEYS;
-        if (any && tile < DM_MAXT) atomicOr(&live[tile >> 5], 1u << (tile & 31));
-      }
-    } else {
-      for (int e = tid; e < nkeys; e += blockDim.x) {
-        float mv = ld(mask, mbase + (t_begin + e) * mask.st[3]);
-        int tile = e / DM_KEYS;
-        if (!(mv <= MASKED) && tile < DM_MAXT) atomicOr(&live[tile >> 5], 1u << (tile & 31));
-      }
-    }
-  } else {
-    for (int tile = tid; tile < min(ntile, DM_MAXT); tile += blockDim.x) atomicOr(&live[tile >> 5], 1u << (tile & 31));
-  }
+  // Live tiles of the range (dm_live_words); the mask's fast path also serves the tile loop.
+  const int nkeys = (int)(t_end - t_begin);
+  // the planner keeps a split within DM_MAXT tiles
+  const int nlist = min(ntile, DM_MAXT);
+  const bool mvec = has_mask && is16_dt(mask.dt) && mask.st[3] == 1 && (mbase % 8) == 0 && (mask.ptr % 16) == 0 &&
+                    (t_begin % 8) == 0 && (T % 8) == 0;
+  const unsigned short* mp = mvec ? (const unsigned short*)mask.ptr + mbase + t_begin : nullptr;
+  dm_live_words(live, mp, mask.dt, mask, mbase + t_begin * (has_mask ? mask.st[3] : 0), has_mask, nkeys, nlist);
   // O^T = V^T P^T: rows d = mt * 16 + g (+ 8), columns heads tq * 2 (+ 1)
   float acc[MQ_MAXD / 16][4];
 #pragma unroll
@@ -1027,8 +1070,6 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   float m2[2] = {-NPU_INF, -NPU_INF}, l2[2] = {0.0f, 0.0f};
   const i64 kbase = b * k.st[0] + kh * k.st[1], vbase = b * v.st[0] + kh * v.st[1];
   __syncthreads();  // live bits complete
-  // the planner keeps a split within DM_MAXT tiles
-  const int nlist = min(ntile, DM_MAXT);
   const DwStage plan = dw_stage_plan(k, kbase, v, vbase, D);
   int cur = dm_next_live(live, 0, nlist);
   if (cur < nlist) dw_stage(plan, k, kbase, v, vbase, t_begin + (i64)cur * DM_KEYS + warp * 16, D, wst);
@@ -1037,7 +1078,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   // position without writing it (the planner's cache_written_before), so the position is read
   // before the wait too. After the wait, q and row p of the staged tile again, their loads in
   // flight together (one round trip; the position's load before them made two).
-  const i64 p = pre ? ldi_dt(pos.ptr, pos.dt, 0) : 0;
+  const i64 p = !pre ? 0 : pos.dt == DT_I64 ? *(const long long*)pos.ptr : ldi_dt_cold(pos.ptr, pos.dt, 0);
   if (pre) pdl_enter();
   // Q^T of head g as B fragments (heads past the group zero): dims kc * 16 + tq * 2 (+ 1), + 8
   unsigned qb[MQ_MAXD / 16][2];
@@ -1086,7 +1127,9 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     for (int j = 0; j < 2; ++j) {
       const i64 t = t0 + warp * 16 + g + j * 8;
       ok[j] = t < t_end;
-      mv[j] = has_mask && ok[j] ? ld(mask, mbase + t * mask.st[3]) : 0.0f;
+      mv[j] = !(has_mask && ok[j]) ? 0.0f
+              : mvec                ? h16_to_f32(mp[t - t_begin], mask.dt)
+                                    : ld_dt_cold(mask.ptr, mask.dt, mbase + t * mask.st[3]);
     }
     if (nxt < nlist) {
       dw_stage(plan, k, kbase, v, vbase, t_begin + (i64)nxt * DM_KEYS + warp * 16, D,
