@@ -910,14 +910,6 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, T
 #define DM_WARP_ELEMS (2 * DM_WSTAGE_ELEMS)
 #define DM_SMEM_BYTES (4 * DM_WARP_ELEMS * 2 + DM_MAXT / 8)
 
-// ld_dt and ldi_dt out of line, for the layouts k_attn_dec_mma's fast paths do not take: the
-// dtype switches' code stays out of the kernel body, so the common path runs straight through
-// (EXPERIMENT exp-prologue: ncu put 27% of the kernel's stall samples in the block's prologue,
-// mostly instruction fetch at branch targets past such code). Scalars, not a TD: a reference
-// to a kernel parameter passed out of line would copy the descriptor to local memory.
-__device__ __noinline__ float ld_dt_cold(u64 p, int dt, i64 off) { return ld_dt(p, dt, off); }
-__device__ __noinline__ i64 ldi_dt_cold(u64 p, int dt, i64 off) { return ldi_dt(p, dt, off); }
-
 // The live-tile words of k_attn_dec_mma's split, each built by one warp (words warp, warp + 4,
 // ...) from ballots over its 32 tiles' mask values and stored whole: no zeroing pass, no
 // barrier before the scan, no shared atomics (the lanes' atomicOr into one word cost 24 shared

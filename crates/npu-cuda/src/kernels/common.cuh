@@ -209,6 +209,16 @@ __device__ __forceinline__ i64 imod(i64 a, i64 b) {
   return ((a | b) >> 31) == 0 ? (i64)((unsigned)a % (unsigned)b) : a % b;
 }
 
+// ld_dt, ldi_dt and st_dt out of line, for the layouts a kernel's fast path does not take: the
+// dtype switches' code stays out of the kernel body, so the common path runs straight through
+// (EXPERIMENT exp-prologue / exp-lean: ncu put 27% of k_attn_dec_mma's stall samples in the
+// block's prologue, mostly instruction fetch at branch targets past such code). Scalars, not
+// a TD: a reference to a kernel parameter passed out of line would copy the descriptor to
+// local memory.
+__device__ __noinline__ float ld_dt_cold(u64 p, int dt, i64 off) { return ld_dt(p, dt, off); }
+__device__ __noinline__ i64 ldi_dt_cold(u64 p, int dt, i64 off) { return ldi_dt(p, dt, off); }
+__device__ __noinline__ void st_dt_cold(u64 p, int dt, i64 off, float v) { st_dt(p, dt, off, v); }
+
 __device__ __forceinline__ float ld(const TD& t, i64 off) { return ld_dt(t.ptr, t.dt, off); }
 __device__ __forceinline__ void st(const TD& t, i64 off, float v) { st_dt(t.ptr, t.dt, off, v); }
 
@@ -232,6 +242,9 @@ __device__ __forceinline__ i64 offset_lead(const TD& t, int r, i64 lin) {
     }
     return off;
   }
+  // not unrolled (EXPERIMENT exp-lean): each unrolled step held a call to the i64 division
+  // subroutine, code every kernel jumped over before its first load
+#pragma unroll 1
   for (int d = r - 1; d >= 0; --d) {
     i64 n = t.sh[d];
     off += (lin % n) * t.st[d];

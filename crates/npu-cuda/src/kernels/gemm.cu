@@ -343,7 +343,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       i64 ws = nw.st[nw.rank - 1];
       for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
         float v = h16_to_f32(as16[k], dt);
-        float y = round_dt(dt, v * inv) * ld(nw, k * ws);
+        float y = round_dt(dt, v * inv) * ld_dt_cold(nw.ptr, nw.dt, k * ws);
         as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
       }
     }
@@ -375,9 +375,21 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     s = warp_sum(s);
     if (lane == 0 && n < N) {
       float v = alpha * s;
-      if (has_bias) v = add_bias(has_bias, v, beta, ld(bias, offset_lead(bias, r - 2, batch) + n * bias.st[r - 1]), out.dt);
-      if (act >= 0) v = apply_unary(act, v);
-      st(out, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+      // EXPERIMENT exp-lean: the bias and output in the instance's dtype read and written
+      // directly, other dtypes and the activation out of line (a decode GEMV has none)
+      if (has_bias) {
+        const i64 bo2 = offset_lead(bias, r - 2, batch) + n * bias.st[r - 1];
+        const float bv = DT >= 0 && bias.dt == DT ? h16_to_f32(((const unsigned short*)bias.ptr)[bo2], DT)
+                                                  : ld_dt_cold(bias.ptr, bias.dt, bo2);
+        v = add_bias(has_bias, v, beta, bv, out.dt);
+      }
+      if (act >= 0) v = apply_unary_cold(act, v);
+      const i64 oo = offset_lead(out, r - 2, batch) + n * out.st[r - 1];
+      if (DT >= 0 && out.dt == DT) {
+        ((unsigned short*)out.ptr)[oo] = DT == DT_BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+      } else {
+        st_dt_cold(out.ptr, out.dt, oo, v);
+      }
     }
   }
 }
