@@ -26,7 +26,7 @@ pub(crate) fn common_source() -> String {
         let _ = writeln!(s, "    case {}: return {};", u.act_code(), u.cuda(["a"]));
     }
     s.push_str("    default: return a;\n  }\n}\n");
-    // EXPERIMENT exp-lean: the switch out of line, for epilogues whose activation is rare
+    // the switch out of line, for epilogues whose activation is rare
     // (the decode GEMV's): its cases are code the kernel otherwise jumps over.
     s.push_str(
         "__device__ __noinline__ float apply_unary_cold(int code, float a) { return apply_unary(code, a); }\n",

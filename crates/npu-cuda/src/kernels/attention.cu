@@ -992,8 +992,8 @@ __device__ __forceinline__ DwStage dw_stage_plan(const TD& k, i64 kbase, const T
   p.c = (lane % per) * 8;
   return p;
 }
-// dw_stage's element copies, for caches whose rows 16-byte copies cannot take: out of line
-// (EXPERIMENT exp-prologue), so the fast path's code runs straight through. Scalars, not TDs
+// dw_stage's element copies, for caches whose rows 16-byte copies cannot take: out of line,
+// so the fast path's code runs straight through. Scalars, not TDs
 // (see ld_dt_cold).
 __device__ __noinline__ void dw_stage_elems(const unsigned short* kp, i64 ks2, i64 ks3, const unsigned short* vp,
                                             i64 vs2, i64 vs3, i64 T, i64 t0, int D, unsigned short* dst) {
@@ -1040,7 +1040,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   unsigned* live = (unsigned*)((unsigned short*)dsm + 4 * DM_WARP_ELEMS);  // [DM_MAXT / 32]
   const int D = (int)q.sh[3], nkc = D / 16;
   const i64 H = q.sh[1], T = k.sh[2], KVH = k.sh[1];
-  // 32-bit division (EXPERIMENT exp-prologue): the i64 one is a subroutine call
+  // 32-bit division: the i64 one is a subroutine call
   const i64 b = blockIdx.y / (unsigned)KVH, kh = blockIdx.y % (unsigned)KVH;
   const int split = blockIdx.x;
   const i64 t_begin = split * split_len, t_end = min(T, t_begin + split_len);

@@ -211,8 +211,8 @@ __device__ __forceinline__ i64 imod(i64 a, i64 b) {
 
 // ld_dt, ldi_dt and st_dt out of line, for the layouts a kernel's fast path does not take: the
 // dtype switches' code stays out of the kernel body, so the common path runs straight through
-// (EXPERIMENT exp-prologue / exp-lean: ncu put 27% of k_attn_dec_mma's stall samples in the
-// block's prologue, mostly instruction fetch at branch targets past such code). Scalars, not
+// (ncu put 27% of k_attn_dec_mma's stall samples in the block's prologue, mostly instruction
+// fetch at branch targets past such code). Scalars, not
 // a TD: a reference to a kernel parameter passed out of line would copy the descriptor to
 // local memory.
 __device__ __noinline__ float ld_dt_cold(u64 p, int dt, i64 off) { return ld_dt(p, dt, off); }
@@ -242,7 +242,7 @@ __device__ __forceinline__ i64 offset_lead(const TD& t, int r, i64 lin) {
     }
     return off;
   }
-  // not unrolled (EXPERIMENT exp-lean): each unrolled step held a call to the i64 division
+  // not unrolled: each unrolled step held a call to the i64 division
   // subroutine, code every kernel jumped over before its first load
 #pragma unroll 1
   for (int d = r - 1; d >= 0; --d) {

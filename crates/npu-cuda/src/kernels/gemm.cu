@@ -375,7 +375,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     s = warp_sum(s);
     if (lane == 0 && n < N) {
       float v = alpha * s;
-      // EXPERIMENT exp-lean: the bias and output in the instance's dtype read and written
+      // the bias and output in the instance's dtype read and written
       // directly, other dtypes and the activation out of line (a decode GEMV has none)
       if (has_bias) {
         const i64 bo2 = offset_lead(bias, r - 2, batch) + n * bias.st[r - 1];
