@@ -131,6 +131,8 @@ impl Planner<'_> {
         } = g;
         let null = TdArg::null();
         if gemv {
+            // EXPERIMENT exp-wpre: the first weight round loaded before the wait
+            let b_const = self.read_only(&bn);
             let (name, smem) = if raw16 {
                 // a, then (normalized) the norm weight, both staged raw
                 ("k_gemv16", k * 2 * (1 + norm.1 as usize))
@@ -177,6 +179,7 @@ impl Planner<'_> {
                     kern.args.push(Arg::Td(norm.0));
                     kern.args.push(Arg::I32(norm.1));
                     kern.args.push(Arg::F32(norm.2));
+                    kern.args.push(Arg::I32(i32::from(b_const)));
                     Launch::Kernel(kern)
                 }
                 other => other,
