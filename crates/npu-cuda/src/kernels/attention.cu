@@ -635,9 +635,8 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
   pdl_enter();
   __shared__ float wsh[CMAX];
   __shared__ float sums[CW][32];
-  i64 H = out.sh[1], S = out.sh[2];
-  int D = (int)out.sh[3];
-  i64 row = blockIdx.x, s = row % S, h = (row / S) % H, b = row / (S * H);
+  const int D = (int)out.sh[3];
+  const i64 row = blockIdx.x;
   const i64 ld = D + 2;
   const float* pp = part + row * nsplit * ld;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -695,7 +694,16 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < CW; ++w) sum += sums[w][lane];
-    st(out, b * out.st[0] + h * out.st[1] + s * out.st[2] + d * out.st[3], L > 0.0f ? sum / L : 0.0f);
+    // the row's (batch, head, position) in 32 bits here, off the loads' path (EXPERIMENT
+    // exp-lean2: the 64-bit divisions ran first, a subroutine call before the first load),
+    // and a 16-bit output stored directly, other dtypes out of line
+    const unsigned H = (unsigned)out.sh[1], S = (unsigned)out.sh[2], r32 = (unsigned)row;
+    const i64 o = (i64)(r32 / (S * H)) * out.st[0] + (i64)(r32 / S % H) * out.st[1] + (i64)(r32 % S) * out.st[2] +
+                  d * out.st[3];
+    const float v = L > 0.0f ? sum / L : 0.0f;
+    if (out.dt == DT_BF16) ((unsigned short*)out.ptr)[o] = f32_to_bf16(v);
+    else if (out.dt == DT_F16) ((unsigned short*)out.ptr)[o] = f32_to_f16(v);
+    else st_dt_cold(out.ptr, out.dt, o, v);
   }
 }
 
