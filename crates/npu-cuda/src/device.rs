@@ -21,6 +21,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_rope",
     "k_rope_cache",
     "k_rope_cache8",
+    "k_rope_cache_dec",
     "k_softmax",
     "k_rms_norm",
     "k_layer_norm",
@@ -58,6 +59,11 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
 pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
     ["k_rope_cache", "k_rope_cache_bf16", "k_rope_cache_f16"],
     ["k_rope_cache8", "k_rope_cache8_bf16", "k_rope_cache8_f16"],
+    [
+        "k_rope_cache_dec",
+        "k_rope_cache_dec_bf16",
+        "k_rope_cache_dec_f16",
+    ],
     ["k_rms_norm", "k_rms_norm_bf16", "k_rms_norm_f16"],
     ["k_gemv16", "k_gemv16_bf16", "k_gemv16_f16"],
     [

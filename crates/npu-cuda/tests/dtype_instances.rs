@@ -15,7 +15,7 @@ use common::{
 use npu_cuda::CudaBackend;
 use npu_ir::{DType, UnaryOp};
 use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
-use npu_runtime::{CpuBackend, Executable, HostTensor, MemoryWeights};
+use npu_runtime::{Backend, CpuBackend, Executable, HostTensor, MemoryWeights};
 
 /// Copies of the caches into the arena, `rope(q)`, `rope(k)`, the keys' and the values'
 /// `index_copy` into the copies at `s` positions (the four steps the CUDA backend runs as one
@@ -121,6 +121,45 @@ fn rope_and_cache_writes(devices: Option<&(CudaBackend, CudaBackend)>) {
                 assert_eq!(diff.count(), 0, "{what}: output {o}");
             }
             assert_near_cpu(&what, &p, &ins, &i);
+        }
+        // a position past the cache: every backend refuses the run, naming the index_copy
+        let p = rope_cache_program(dt, 1, 64);
+        let mut ins = inputs(
+            &p,
+            [
+                ("q", values(HEADS * D, 1, 4.0)),
+                ("k", values(KV_HEADS * D, 2, 4.0)),
+                ("v", values(KV_HEADS * D, 3, 4.0)),
+                ("cos", vec![1.0; D]),
+                ("sin", vec![0.0; D]),
+                ("pos", vec![64.0]),
+                ("k_cache", values(KV_HEADS * 64 * D, 4, 4.0)),
+                ("v_cache", values(KV_HEADS * 64 * D, 5, 4.0)),
+            ],
+        );
+        let refused = |b: &dyn Backend, ins: &[(&str, HostTensor)]| {
+            let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+            let mut x = b.prepare(&p, &MemoryWeights::default()).expect("prepare");
+            x.run_all(&refs)
+                .map(|_| ())
+                .expect_err("a position past the cache")
+        };
+        let cpu = CpuBackend::new();
+        let mut backends: Vec<&dyn Backend> = vec![&cpu];
+        if let Some((generic, instanced)) = devices {
+            backends.extend([generic as &dyn Backend, instanced]);
+        }
+        for b in backends {
+            let err = refused(b, &ins).to_string();
+            assert!(
+                err.contains("index") || err.contains("range"),
+                "{dt}: {err}"
+            );
+        }
+        // and a negative one
+        ins[5].1 = HostTensor::from_f32_as(DType::I64, vec![1], &[-1.0]);
+        if let Some((_, instanced)) = devices {
+            refused(instanced, &ins);
         }
     }
 }

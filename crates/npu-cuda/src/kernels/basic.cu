@@ -134,6 +134,34 @@ __device__ __forceinline__ void rope_item(const TD& x, i64 item, i64* row, i64* 
 // `item` of the row-major walk over (rows, h / 8), 16-byte loads all issued before use. Needs
 // 16-bit x, c, s and out with contiguous, 16-byte aligned rows and d % 16 == 0 (the planner
 // checks). Stores both chunks; lo/hi get the stored values, *k the flat index of lo[0].
+// The rotation of 8 elements i .. i+7 of a row's first half and their partners h further,
+// on raw 16-bit rows (x, c, s at xp, cp, sp; out at op), 16-byte loads all issued before use;
+// stores both chunks, lo/hi get the stored values. xd .. od: the operands' dtype codes.
+__device__ __forceinline__ void rope8_rows(const unsigned short* xp, const unsigned short* cp,
+                                           const unsigned short* sp, u64 op, i64 h, int xd, int cd, int sd,
+                                           int od, float* lo, float* hi) {
+  const uint4 u[6] = {*(const uint4*)xp, *(const uint4*)(xp + h), *(const uint4*)cp,
+                      *(const uint4*)(cp + h), *(const uint4*)sp, *(const uint4*)(sp + h)};
+  float xl[8], xh[8], cl[8], ch[8], sl[8], sh[8];
+  unpack8(u[0], xd, xl);
+  unpack8(u[1], xd, xh);
+  unpack8(u[2], cd, cl);
+  unpack8(u[3], cd, ch);
+  unpack8(u[4], sd, sl);
+  unpack8(u[5], sd, sh);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    lo[j] = round_dt(od, xl[j] * cl[j] + (-xh[j]) * sl[j]);
+    hi[j] = round_dt(od, xh[j] * ch[j] + xl[j] * sh[j]);
+  }
+  st8(op, od, 0, lo);
+  st8(op + 2 * (u64)h, od, 0, hi);
+}
+
+// rope_elem for 8 elements i .. i+7 of a row's first half and their partners i+h ..: item
+// `item` of the row-major walk over (rows, h / 8), 16-byte loads all issued before use. Needs
+// 16-bit x, c, s and out with contiguous, 16-byte aligned rows and d % 16 == 0 (the planner
+// checks). Stores both chunks; lo/hi get the stored values, *k the flat index of lo[0].
 template <int DT>
 __device__ __forceinline__ void rope_pair8(const TD& x, const TD& c, const TD& s, const TD& out, i64 item, float* lo,
                                            float* hi, i64* k) {
@@ -144,24 +172,8 @@ __device__ __forceinline__ void rope_pair8(const TD& x, const TD& c, const TD& s
   const unsigned short* xp = (const unsigned short*)x.ptr + offset_lead(x, r - 1, row) + i;
   const unsigned short* cp = (const unsigned short*)c.ptr + offset_lead(c, r - 1, row) + i;
   const unsigned short* sp = (const unsigned short*)s.ptr + offset_lead(s, r - 1, row) + i;
-  const uint4 u[6] = {*(const uint4*)xp, *(const uint4*)(xp + h), *(const uint4*)cp,
-                      *(const uint4*)(cp + h), *(const uint4*)sp, *(const uint4*)(sp + h)};
-  float xl[8], xh[8], cl[8], ch[8], sl[8], sh[8];
-  unpack8(u[0], dt_of<DT>(x), xl);
-  unpack8(u[1], dt_of<DT>(x), xh);
-  unpack8(u[2], dt_of<DT>(c), cl);
-  unpack8(u[3], dt_of<DT>(c), ch);
-  unpack8(u[4], dt_of<DT>(s), sl);
-  unpack8(u[5], dt_of<DT>(s), sh);
-  const int od = dt_of<DT>(out);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    lo[j] = round_dt(od, xl[j] * cl[j] + (-xh[j]) * sl[j]);
-    hi[j] = round_dt(od, xh[j] * ch[j] + xl[j] * sh[j]);
-  }
   const u64 op = out.ptr + 2 * (u64)(offset_lead(out, r - 1, row) + i);
-  st8(op, od, 0, lo);
-  st8(op + 2 * (u64)h, od, 0, hi);
+  rope8_rows(xp, cp, sp, op, h, dt_of<DT>(x), dt_of<DT>(c), dt_of<DT>(s), dt_of<DT>(out), lo, hi);
   *k = row * d + i;
 }
 
@@ -217,6 +229,62 @@ __device__ __forceinline__ void rope_cache8_body(ROPE_CACHE_PARAMS_T(const TD&))
 extern "C" __global__ void k_rope_cache8(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<-1>(ROPE_CACHE_ARGS); }
 extern "C" __global__ void k_rope_cache8_bf16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<DT_BF16>(ROPE_CACHE_ARGS); }
 extern "C" __global__ void k_rope_cache8_f16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<DT_F16>(ROPE_CACHE_ARGS); }
+
+// A decode step's RoPE / cache group, one cache position (plan/rope_cache.rs, `dec_rows`):
+// every operand flattened by the planner to rows of d contiguous, 16-byte aligned 16-bit
+// elements a row stride apart (0: one row for all, the tables broadcast over the heads), a
+// cache row at row * stride + pos * pos_stride with pos read from a one-element index. Items
+// as k_rope_cache8's. No descriptor walks and no dtype switches on the executed path: the
+// generic kernel's walks ran ~360 instructions a warp, ~7 us a launch under ncu for a
+// decode step's 2,048 elements (EXPERIMENT exp-ropedec). `dt`: the dtype where DT < 0.
+#define ROPE_DEC_PARAMS                                                                                          \
+  const unsigned short *x0, i64 xs0, const unsigned short *c0, i64 cs0, const unsigned short *s0, i64 ss0,      \
+      unsigned short *o0, i64 os0, int rows0, const unsigned short *x1, i64 xs1, const unsigned short *c1,      \
+      i64 cs1, const unsigned short *s1, i64 ss1, unsigned short *o1, i64 os1, int rows1, unsigned short *kc,   \
+      i64 kcs, i64 kcp, const unsigned short *v, i64 vs, unsigned short *vc, i64 vcs, i64 vcp, int rows2,       \
+      const void *pos, int pos64, i64 T, int d, int dt, int *err, int step1, int step2
+#define ROPE_DEC_ARGS                                                                                         \
+  x0, xs0, c0, cs0, s0, ss0, o0, os0, rows0, x1, xs1, c1, cs1, s1, ss1, o1, os1, rows1, kc, kcs, kcp, v, vs, vc, \
+      vcs, vcp, rows2, pos, pos64, T, d, dt, err, step1, step2
+template <int DT>
+__device__ __forceinline__ void rope_dec_body(ROPE_DEC_PARAMS) {
+  const int per = d >> 4, a0 = rows0 * per, a1 = rows1 * per;
+  const int it = blockIdx.x * blockDim.x + threadIdx.x;
+  if (it >= a0 + a1 + rows2 * (d >> 3)) return;
+  const int od = DT >= 0 ? DT : dt;
+  if (it < a0 + a1) {
+    const bool kp = it >= a0;
+    const int j = kp ? it - a0 : it, row = j / per, i = (j - row * per) * 8;
+    const unsigned short* x = (kp ? x1 + row * xs1 : x0 + row * xs0) + i;
+    const unsigned short* c = (kp ? c1 + row * cs1 : c0 + row * cs0) + i;
+    const unsigned short* s = (kp ? s1 + row * ss1 : s0 + row * ss0) + i;
+    unsigned short* o = (kp ? o1 + row * os1 : o0 + row * os0) + i;
+    // the keys' cache row: the index read before the rotation's loads are used
+    const i64 p = kp ? (pos64 ? *(const long long*)pos : (i64) * (const int*)pos) : 0;
+    float lo[8], hi[8];
+    rope8_rows(x, c, s, (u64)o, d >> 1, od, od, od, od, lo, hi);
+    if (!kp) return;
+    if (p < 0 || p >= T) {
+      report(err, step1);
+      return;
+    }
+    unsigned short* kd = kc + row * kcs + p * kcp + i;
+    st8((u64)kd, od, 0, lo);
+    st8((u64)(kd + (d >> 1)), od, 0, hi);
+  } else {
+    const int j = it - a0 - a1, per8 = d >> 3, row = j / per8, i = (j - row * per8) * 8;
+    const i64 p = pos64 ? *(const long long*)pos : (i64) * (const int*)pos;
+    const uint4 val = *(const uint4*)(v + row * vs + i);
+    if (p < 0 || p >= T) {
+      report(err, step2);
+      return;
+    }
+    *(uint4*)(vc + row * vcs + p * vcp + i) = val;
+  }
+}
+extern "C" __global__ void k_rope_cache_dec(ROPE_DEC_PARAMS) { pdl_enter(); rope_dec_body<-1>(ROPE_DEC_ARGS); }
+extern "C" __global__ void k_rope_cache_dec_bf16(ROPE_DEC_PARAMS) { pdl_enter(); rope_dec_body<DT_BF16>(ROPE_DEC_ARGS); }
+extern "C" __global__ void k_rope_cache_dec_f16(ROPE_DEC_PARAMS) { pdl_enter(); rope_dec_body<DT_F16>(ROPE_DEC_ARGS); }
 
 template <int DT>
 __device__ __forceinline__ void rope_cache_body(ROPE_CACHE_PARAMS_T(const TD&)) {

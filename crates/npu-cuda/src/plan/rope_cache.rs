@@ -1,10 +1,12 @@
 //! One launch for an attention layer's RoPE and KV-cache writes (`npu_program::groups`
 //! finds the four steps and states when one launch equals running them in order):
-//! `k_rope_cache`, or `k_rope_cache8` over 16-bit rows of enough elements.
+//! `k_rope_cache`, `k_rope_cache8` over 16-bit rows of enough elements, or `k_rope_cache_dec`
+//! over a decode step's rows.
 
 use super::{kl, td, Planner, StepPlan};
 use crate::launch::{dtype_code, grid_for, Arg, Launch};
 use crate::loc::Loc;
+use npu_ir::DType;
 use npu_program::groups::{index_copy_axis, rope_cache, RopeCache};
 use npu_program::program::{Binding, Step};
 
@@ -24,6 +26,80 @@ fn vector_layouts(g: &RopeCache) -> bool {
         && rope(g.k)
         && g.k_write.is_none_or(|s| write(s, &g.k.outputs[0]))
         && g.v_write.is_none_or(|s| write(s, &s.inputs[1]))
+}
+
+/// The element stride between consecutive rows of `b`, its dims but the last (and `skip`)
+/// walked in row-major order, where one stride does it (size-1 dims aside; 0 for a single
+/// row or rows broadcast with stride 0).
+fn row_stride(b: &Binding, skip: Option<usize>) -> Option<usize> {
+    let r = b.shape.len();
+    let mut stride = None;
+    let mut next = 0;
+    for i in (0..r.saturating_sub(1)).rev() {
+        if Some(i) == skip || b.shape[i] == 1 {
+            continue;
+        }
+        match stride {
+            None => stride = Some(b.strides[i]),
+            Some(_) if b.strides[i] != next => return None,
+            Some(_) => {}
+        }
+        next = b.strides[i].checked_mul(b.shape[i])?;
+    }
+    Some(stride.unwrap_or(0))
+}
+
+/// A rotation's arguments for `k_rope_cache_dec`: (x, c, s, out) each as (pointer, row
+/// stride), and the row count; None where a row stride each does not describe them. x and
+/// out have one shape; the tables have it too or are one row (broadcast over x's rows, as
+/// the generic kernel's walk reads a table whose leading dims are all 1).
+fn dec_rope(st: &Step) -> Option<(Vec<Arg>, usize)> {
+    let out = &st.outputs[0];
+    let ops: Vec<&Binding> = st.inputs.iter().take(3).chain([out]).collect();
+    let r = out.shape.len();
+    let fits = |b: &Binding| {
+        b.shape == out.shape
+            || (b.shape.len() == r
+                && b.shape[r - 1] == out.shape[r - 1]
+                && b.shape[..r - 1].iter().all(|&n| n == 1))
+    };
+    if ops.len() != 4 || ops[0].shape != out.shape || !ops.iter().all(|b| fits(b)) {
+        return None;
+    }
+    let mut args = Vec::new();
+    for b in ops {
+        args.extend([ptr(b), Arg::I64(row_stride(b, None)? as i64)]);
+    }
+    let d = *out.shape.last()?;
+    Some((args, out.numel() / d.max(1)))
+}
+
+/// A one-position cache write's arguments (dest pointer, row stride, position stride), its
+/// source (src pointer and row stride) and the cache length, where src's rows (all dims but
+/// the index axis, of size 1 there, and the last) map onto dest's by one row stride each.
+fn dec_write(st: &Step) -> Option<([Arg; 3], [Arg; 2], usize, usize)> {
+    let (src, dest) = (&st.inputs[1], &st.outputs[0]);
+    let axis = index_copy_axis(st);
+    let r = dest.shape.len();
+    let same = (0..r).all(|i| i == axis || src.shape[i] == dest.shape[i]);
+    if axis + 1 >= r || src.shape.len() != r || src.shape[axis] != 1 || !same {
+        return None;
+    }
+    let rows = src.numel() / dest.shape[r - 1].max(1);
+    Some((
+        [
+            ptr(dest),
+            Arg::I64(row_stride(dest, Some(axis))? as i64),
+            Arg::I64(dest.strides[axis] as i64),
+        ],
+        [ptr(src), Arg::I64(row_stride(src, Some(axis))? as i64)],
+        rows,
+        dest.shape[axis],
+    ))
+}
+
+fn ptr(b: &Binding) -> Arg {
+    Arg::Ptr(0, Loc::Slot(b.slot, b.byte_offset))
 }
 
 /// Elements from which the group takes `k_rope_cache8`'s vector items.
@@ -46,6 +122,9 @@ impl Planner<'_> {
     /// it replaces; None where the steps there are not such a group.
     pub(crate) fn rope_cache(&self, steps: &[Step]) -> Option<(usize, StepPlan)> {
         let g = rope_cache(steps)?;
+        if let Some(launch) = self.rope_cache_dec(&g) {
+            return Some((g.len(), vec![launch].into()));
+        }
         let (q, k) = (g.q, g.k);
         let (nq, nk) = (q.outputs[0].numel(), k.outputs[0].numel());
         // Absent parts: bindings of the k step (never read: their element counts are 0).
@@ -109,12 +188,78 @@ impl Planner<'_> {
         );
         Some((g.len(), vec![launch].into()))
     }
+    /// `k_rope_cache_dec` for a decode step's group (fewer than `VEC_MIN` elements, both
+    /// cache writes at one position from one one-element index, every operand in one 16-bit
+    /// dtype in `k_rope_cache8`'s layouts, rows a stride apart); None otherwise or with
+    /// `NPU_CUDA_ROPE_DEC=0`.
+    fn rope_cache_dec(&self, g: &RopeCache) -> Option<Launch> {
+        // EXPERIMENT exp-ropedec: the switch is the A/B's
+        if std::env::var("NPU_CUDA_ROPE_DEC").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        let (kw, vw) = (g.k_write?, g.v_write?);
+        let (nq, nk) = (g.q.outputs[0].numel(), g.k.outputs[0].numel());
+        let nv = vw.inputs[1].numel();
+        let index = &kw.inputs[0];
+        let one_index = index.numel() == 1 && matches!(index.dtype, DType::I64 | DType::I32);
+        if nq + nk + nv >= VEC_MIN
+            || !vector_layouts(g)
+            || kw.inputs[0] != vw.inputs[0]
+            || !one_index
+        {
+            return None;
+        }
+        let dt = g.q.outputs[0].dtype;
+        let all: Vec<&Binding> = [g.q, g.k, kw, vw]
+            .iter()
+            .flat_map(|s| s.inputs.iter().chain(&s.outputs))
+            .filter(|b| *b != index)
+            .collect();
+        if all.iter().any(|b| b.dtype != dt) {
+            return None;
+        }
+        let (q_args, rows0) = dec_rope(g.q)?;
+        let (k_args, rows1) = dec_rope(g.k)?;
+        let (k_dest, _, k_rows, t) = dec_write(kw)?;
+        let (v_dest, v_src, rows2, vt) = dec_write(vw)?;
+        let d = *g.q.outputs[0].shape.last()?;
+        if k_rows != rows1 || vt != t || *vw.inputs[1].shape.last()? != d {
+            return None;
+        }
+        let mut args = q_args;
+        args.push(Arg::I32(rows0 as i32));
+        args.extend(k_args);
+        args.push(Arg::I32(rows1 as i32));
+        args.extend(k_dest);
+        args.extend(v_src);
+        args.extend(v_dest);
+        args.push(Arg::I32(rows2 as i32));
+        let k_step = self.step + 2;
+        args.extend([
+            ptr(index),
+            Arg::I32(i32::from(index.dtype == DType::I64)),
+            Arg::I64(t as i64),
+            Arg::I32(d as i32),
+            Arg::I32(dtype_code(dt)),
+            Arg::Ptr(0, Loc::Err),
+            Arg::I32(k_step as i32),
+            Arg::I32(k_step as i32 + 1),
+        ]);
+        let items = (rows0 + rows1) * (d / 16) + rows2 * (d / 8);
+        let code = dtype_code(dt);
+        Some(kl(
+            self.f_dt("k_rope_cache_dec", &[code, code]),
+            (grid_for(items), 1, 1),
+            256,
+            0,
+            args,
+        ))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use npu_ir::DType;
     use npu_program::groups::fixtures::decoder_layer as layer;
 
     #[test]
@@ -139,5 +284,63 @@ mod tests {
         let mut steps = layer();
         steps[0].inputs[1].dtype = DType::F32;
         assert!(!vector_layouts(&rope_cache(&steps).expect("a group")));
+    }
+
+    /// The I64 arguments (strides), in order.
+    fn strides(args: &[Arg]) -> Vec<i64> {
+        args.iter()
+            .filter_map(|a| match a {
+                Arg::I64(v) => Some(*v),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_decode_group_flattens_to_rows() {
+        let steps = layer();
+        // q: 12 rows of 128, the tables one row broadcast over them
+        let (q, rows) = dec_rope(&steps[0]).expect("rows");
+        assert_eq!((strides(&q), rows), (vec![128, 0, 0, 128], 12));
+        let (_, rows) = dec_rope(&steps[1]).expect("rows");
+        assert_eq!(rows, 2);
+        // the key cache [1, 2, 2048, 128] at one position: rows 2048 * 128 apart
+        let (dest, src, rows, t) = dec_write(&steps[2]).expect("a one-position write");
+        assert_eq!(
+            (strides(&dest), strides(&src)),
+            (vec![2048 * 128, 128], vec![128])
+        );
+        assert_eq!((rows, t), (2, 2048));
+        // rows no single stride walks: a head-major x whose heads are 200 elements apart
+        // but whose batch is not 12 * 200 apart
+        let mut steps = layer();
+        let x = &mut steps[0].inputs[0];
+        x.shape = vec![2, 12, 1, 128];
+        x.strides = vec![3000, 200, 128, 1];
+        steps[0].outputs[0].shape = x.shape.clone();
+        assert!(dec_rope(&steps[0]).is_none());
+        // two positions a step: not a one-position write
+        let mut steps = layer();
+        steps[2].inputs[1].shape[2] = 2;
+        assert!(dec_write(&steps[2]).is_none());
+    }
+
+    #[test]
+    fn row_strides_follow_row_major_order() {
+        let b = |shape: &[usize], strides: &[usize]| Binding {
+            slot: npu_program::program::Slot::Arena,
+            byte_offset: 0,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            dtype: DType::BF16,
+        };
+        assert_eq!(row_stride(&b(&[2, 3, 8], &[24, 8, 1]), None), Some(8));
+        // size-1 dims and the skipped axis do not count
+        assert_eq!(row_stride(&b(&[1, 3, 1, 8], &[99, 8, 7, 1]), None), Some(8));
+        assert_eq!(row_stride(&b(&[2, 9, 8], &[72, 8, 1]), Some(1)), Some(72));
+        assert_eq!(row_stride(&b(&[1, 1, 8], &[8, 8, 1]), None), Some(0));
+        assert_eq!(row_stride(&b(&[2, 3, 8], &[0, 0, 1]), None), Some(0));
+        // heads padded apart from the batch: no one stride
+        assert_eq!(row_stride(&b(&[2, 3, 8], &[30, 8, 1]), None), None);
     }
 }
