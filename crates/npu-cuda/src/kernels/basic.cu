@@ -236,7 +236,7 @@ extern "C" __global__ void k_rope_cache8_f16(ROPE_CACHE_PARAMS) { pdl_enter(); r
 // cache row at row * stride + pos * pos_stride with pos read from a one-element index. Items
 // as k_rope_cache8's. No descriptor walks and no dtype switches on the executed path: the
 // generic kernel's walks ran ~360 instructions a warp, ~7 us a launch under ncu for a
-// decode step's 2,048 elements (EXPERIMENT exp-ropedec). `dt`: the dtype where DT < 0.
+// decode step's 2,048 elements. `dt`: the dtype where DT < 0.
 #define ROPE_DEC_PARAMS                                                                                          \
   const unsigned short *x0, i64 xs0, const unsigned short *c0, i64 cs0, const unsigned short *s0, i64 ss0,      \
       unsigned short *o0, i64 os0, int rows0, const unsigned short *x1, i64 xs1, const unsigned short *c1,      \

@@ -102,6 +102,14 @@ fn ptr(b: &Binding) -> Arg {
     Arg::Ptr(0, Loc::Slot(b.slot, b.byte_offset))
 }
 
+/// The longest cache `k_rope_cache_dec` writes. Qwen2.5-1.5B decode (H200, sixteenth
+/// session of 2026-11-28, A/B against `k_rope_cache` in the same build, three rounds): at 1000
+/// of 2048 positions 1.4834 -> 1.4604 ms a step, at 32000 of 32768 1.9090 -> 1.9337, the same
+/// with blocks of 32 or 64 threads. Not understood: the RoPE launch itself got shorter at
+/// both (per-launch profile 0.205 -> 0.145 ms); what follows it at 32000 is the decode
+/// attention's pre-wait phase, 33 MB of K/V prefetches. Sizes between are not measured.
+const DEC_MAX_CACHE: usize = 4096;
+
 /// Elements from which the group takes `k_rope_cache8`'s vector items.
 const VEC_MIN: usize = 1 << 16;
 
@@ -189,11 +197,10 @@ impl Planner<'_> {
         Some((g.len(), vec![launch].into()))
     }
     /// `k_rope_cache_dec` for a decode step's group (fewer than `VEC_MIN` elements, both
-    /// cache writes at one position from one one-element index, every operand in one 16-bit
-    /// dtype in `k_rope_cache8`'s layouts, rows a stride apart); None otherwise or with
-    /// `NPU_CUDA_ROPE_DEC=0`.
+    /// cache writes at one position from one one-element index into a cache of at most
+    /// `DEC_MAX_CACHE` positions, every operand in one 16-bit dtype in `k_rope_cache8`'s
+    /// layouts, rows a stride apart); None otherwise or with `NPU_CUDA_ROPE_DEC=0`.
     fn rope_cache_dec(&self, g: &RopeCache) -> Option<Launch> {
-        // EXPERIMENT exp-ropedec: the switch is the A/B's
         if std::env::var("NPU_CUDA_ROPE_DEC").is_ok_and(|v| v == "0") {
             return None;
         }
@@ -223,7 +230,7 @@ impl Planner<'_> {
         let (k_dest, _, k_rows, t) = dec_write(kw)?;
         let (v_dest, v_src, rows2, vt) = dec_write(vw)?;
         let d = *g.q.outputs[0].shape.last()?;
-        if k_rows != rows1 || vt != t || *vw.inputs[1].shape.last()? != d {
+        if k_rows != rows1 || vt != t || t > DEC_MAX_CACHE || *vw.inputs[1].shape.last()? != d {
             return None;
         }
         let mut args = q_args;
