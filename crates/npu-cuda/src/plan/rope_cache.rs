@@ -196,6 +196,7 @@ impl Planner<'_> {
         );
         Some((g.len(), vec![launch].into()))
     }
+
     /// `k_rope_cache_dec` for a decode step's group (fewer than `VEC_MIN` elements, both
     /// cache writes at one position from one one-element index into a cache of at most
     /// `DEC_MAX_CACHE` positions, every operand in one 16-bit dtype in `k_rope_cache8`'s
@@ -347,6 +348,12 @@ mod tests {
         assert_eq!(row_stride(&b(&[2, 9, 8], &[72, 8, 1]), Some(1)), Some(72));
         assert_eq!(row_stride(&b(&[1, 1, 8], &[8, 8, 1]), None), Some(0));
         assert_eq!(row_stride(&b(&[2, 3, 8], &[0, 0, 1]), None), Some(0));
+        // q as a view of a fused q/k/v row (Qwen's decode): 12 heads 128 apart, the size-1
+        // dims at any stride
+        assert_eq!(
+            row_stride(&b(&[1, 12, 1, 128], &[2048, 128, 2048, 1]), None),
+            Some(128)
+        );
         // heads padded apart from the batch: no one stride
         assert_eq!(row_stride(&b(&[2, 3, 8], &[30, 8, 1]), None), None);
     }
