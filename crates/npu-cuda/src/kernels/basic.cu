@@ -130,10 +130,6 @@ __device__ __forceinline__ void rope_item(const TD& x, i64 item, i64* row, i64* 
   *i = (item - *row * per) * 8;
 }
 
-// rope_elem for 8 elements i .. i+7 of a row's first half and their partners i+h ..: item
-// `item` of the row-major walk over (rows, h / 8), 16-byte loads all issued before use. Needs
-// 16-bit x, c, s and out with contiguous, 16-byte aligned rows and d % 16 == 0 (the planner
-// checks). Stores both chunks; lo/hi get the stored values, *k the flat index of lo[0].
 // The rotation of 8 elements i .. i+7 of a row's first half and their partners h further,
 // on raw 16-bit rows (x, c, s at xp, cp, sp; out at op), 16-byte loads all issued before use;
 // stores both chunks, lo/hi get the stored values. xd .. od: the operands' dtype codes.
@@ -230,7 +226,7 @@ extern "C" __global__ void k_rope_cache8(ROPE_CACHE_PARAMS) { pdl_enter(); rope_
 extern "C" __global__ void k_rope_cache8_bf16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<DT_BF16>(ROPE_CACHE_ARGS); }
 extern "C" __global__ void k_rope_cache8_f16(ROPE_CACHE_PARAMS) { pdl_enter(); rope_cache8_body<DT_F16>(ROPE_CACHE_ARGS); }
 
-// A decode step's RoPE / cache group, one cache position (plan/rope_cache.rs, `dec_rows`):
+// A decode step's RoPE / cache group, one cache position (plan/rope_cache.rs, `Planner::rope_cache_dec`):
 // every operand flattened by the planner to rows of d contiguous, 16-byte aligned 16-bit
 // elements a row stride apart (0: one row for all, the tables broadcast over the heads), a
 // cache row at row * stride + pos * pos_stride with pos read from a one-element index. Items
