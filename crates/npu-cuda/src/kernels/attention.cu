@@ -700,10 +700,7 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
     const unsigned H = (unsigned)out.sh[1], S = (unsigned)out.sh[2], r32 = (unsigned)row;
     const i64 o = (i64)(r32 / (S * H)) * out.st[0] + (i64)(r32 / S % H) * out.st[1] + (i64)(r32 % S) * out.st[2] +
                   d * out.st[3];
-    const float v = L > 0.0f ? sum / L : 0.0f;
-    if (out.dt == DT_BF16) ((unsigned short*)out.ptr)[o] = f32_to_bf16(v);
-    else if (out.dt == DT_F16) ((unsigned short*)out.ptr)[o] = f32_to_f16(v);
-    else st_dt_cold(out.ptr, out.dt, o, v);
+    st16_or_cold(out.ptr, out.dt, o, L > 0.0f ? sum / L : 0.0f);
   }
 }
 

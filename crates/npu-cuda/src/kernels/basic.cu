@@ -242,6 +242,10 @@ extern "C" __global__ void k_rope_cache8_f16(ROPE_CACHE_PARAMS) { pdl_enter(); r
 #define ROPE_DEC_ARGS                                                                                         \
   x0, xs0, c0, cs0, s0, ss0, o0, os0, rows0, x1, xs1, c1, cs1, s1, ss1, o1, os1, rows1, kc, kcs, kcp, v, vs, vc, \
       vcs, vcp, rows2, pos, pos64, T, d, dt, err, step1, step2
+// The one-element position index of k_rope_cache_dec (int64 or int32).
+__device__ __forceinline__ i64 ld_index0(const void* p, int is64) {
+  return is64 ? *(const long long*)p : (i64) * (const int*)p;
+}
 template <int DT>
 __device__ __forceinline__ void rope_dec_body(ROPE_DEC_PARAMS) {
   const int per = d >> 4, a0 = rows0 * per, a1 = rows1 * per;
@@ -256,7 +260,7 @@ __device__ __forceinline__ void rope_dec_body(ROPE_DEC_PARAMS) {
     const unsigned short* s = (kp ? s1 + row * ss1 : s0 + row * ss0) + i;
     unsigned short* o = (kp ? o1 + row * os1 : o0 + row * os0) + i;
     // the keys' cache row: the index read before the rotation's loads are used
-    const i64 p = kp ? (pos64 ? *(const long long*)pos : (i64) * (const int*)pos) : 0;
+    const i64 p = kp ? ld_index0(pos, pos64) : 0;
     float lo[8], hi[8];
     rope8_rows(x, c, s, (u64)o, d >> 1, od, od, od, od, lo, hi);
     if (!kp) return;
@@ -269,7 +273,7 @@ __device__ __forceinline__ void rope_dec_body(ROPE_DEC_PARAMS) {
     st8((u64)(kd + (d >> 1)), od, 0, hi);
   } else {
     const int j = it - a0 - a1, per8 = d >> 3, row = j / per8, i = (j - row * per8) * 8;
-    const i64 p = pos64 ? *(const long long*)pos : (i64) * (const int*)pos;
+    const i64 p = ld_index0(pos, pos64);
     const uint4 val = *(const uint4*)(v + row * vs + i);
     if (p < 0 || p >= T) {
       report(err, step2);

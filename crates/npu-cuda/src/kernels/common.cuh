@@ -212,12 +212,21 @@ __device__ __forceinline__ i64 imod(i64 a, i64 b) {
 // ld_dt, ldi_dt and st_dt out of line, for the layouts a kernel's fast path does not take: the
 // dtype switches' code stays out of the kernel body, so the common path runs straight through
 // (ncu put 27% of k_attn_dec_mma's stall samples in the block's prologue, mostly instruction
-// fetch at branch targets past such code). Scalars, not
-// a TD: a reference to a kernel parameter passed out of line would copy the descriptor to
-// local memory.
+// fetch at branch targets past such code). Scalars, not a TD: a reference to a kernel
+// parameter passed out of line would copy the descriptor to local memory.
 __device__ __noinline__ float ld_dt_cold(u64 p, int dt, i64 off) { return ld_dt(p, dt, off); }
 __device__ __noinline__ i64 ldi_dt_cold(u64 p, int dt, i64 off) { return ldi_dt(p, dt, off); }
 __device__ __noinline__ void st_dt_cold(u64 p, int dt, i64 off, float v) { st_dt(p, dt, off, v); }
+// A 16-bit float element inline, any other dtype through the cold helpers above: for the
+// single loads and stores of an epilogue whose operand is f16 or bf16 in every decode step.
+__device__ __forceinline__ float ld16_or_cold(u64 p, int dt, i64 off) {
+  return is16_dt(dt) ? h16_to_f32(((const unsigned short*)p)[off], dt) : ld_dt_cold(p, dt, off);
+}
+__device__ __forceinline__ void st16_or_cold(u64 p, int dt, i64 off, float v) {
+  if (dt == DT_BF16) ((unsigned short*)p)[off] = f32_to_bf16(v);
+  else if (dt == DT_F16) ((unsigned short*)p)[off] = f32_to_f16(v);
+  else st_dt_cold(p, dt, off, v);
+}
 
 __device__ __forceinline__ float ld(const TD& t, i64 off) { return ld_dt(t.ptr, t.dt, off); }
 __device__ __forceinline__ void st(const TD& t, i64 off, float v) { st_dt(t.ptr, t.dt, off, v); }

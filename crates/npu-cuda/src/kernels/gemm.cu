@@ -375,21 +375,14 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     s = warp_sum(s);
     if (lane == 0 && n < N) {
       float v = alpha * s;
-      // the bias and output in the instance's dtype read and written
-      // directly, other dtypes and the activation out of line (a decode GEMV has none)
+      // the 16-bit bias and output read and written directly, other dtypes and the
+      // activation out of line (a decode GEMV has none)
       if (has_bias) {
         const i64 bo2 = offset_lead(bias, r - 2, batch) + n * bias.st[r - 1];
-        const float bv = DT >= 0 && bias.dt == DT ? h16_to_f32(((const unsigned short*)bias.ptr)[bo2], DT)
-                                                  : ld_dt_cold(bias.ptr, bias.dt, bo2);
-        v = add_bias(has_bias, v, beta, bv, out.dt);
+        v = add_bias(has_bias, v, beta, ld16_or_cold(bias.ptr, bias.dt, bo2), out.dt);
       }
       if (act >= 0) v = apply_unary_cold(act, v);
-      const i64 oo = offset_lead(out, r - 2, batch) + n * out.st[r - 1];
-      if (DT >= 0 && out.dt == DT) {
-        ((unsigned short*)out.ptr)[oo] = DT == DT_BF16 ? f32_to_bf16(v) : f32_to_f16(v);
-      } else {
-        st_dt_cold(out.ptr, out.dt, oo, v);
-      }
+      st16_or_cold(out.ptr, out.dt, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
     }
   }
 }

@@ -98,6 +98,7 @@ fn dec_write(st: &Step) -> Option<([Arg; 3], [Arg; 2], usize, usize)> {
     ))
 }
 
+/// The binding's first element as a raw pointer argument.
 fn ptr(b: &Binding) -> Arg {
     Arg::Ptr(0, Loc::Slot(b.slot, b.byte_offset))
 }
@@ -210,11 +211,7 @@ impl Planner<'_> {
         let nv = vw.inputs[1].numel();
         let index = &kw.inputs[0];
         let one_index = index.numel() == 1 && matches!(index.dtype, DType::I64 | DType::I32);
-        if nq + nk + nv >= VEC_MIN
-            || !vector_layouts(g)
-            || kw.inputs[0] != vw.inputs[0]
-            || !one_index
-        {
+        if nq + nk + nv >= VEC_MIN || !vector_layouts(g) || *index != vw.inputs[0] || !one_index {
             return None;
         }
         let dt = g.q.outputs[0].dtype;
