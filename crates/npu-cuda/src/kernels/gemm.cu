@@ -255,16 +255,27 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
     if (v0 + 32 * u < nv) w[u] = __ldcs(row + v0 + 32 * u);
 }
 
+// The offset of batch `batch` over t's dims before its last two. The dtype instances are
+// launched for one batch only (plan/gemm.rs), so theirs is 0 with no code: the generic walk
+// (a loop, its 64-bit fallback) sat between the programmatic wait and the block's first
+// copy, jumped over at every branch (EXPERIMENT exp-lean3).
+template <int DT>
+__device__ __forceinline__ i64 gemv_batch_offset(const TD& t, int r, i64 batch) {
+  return DT >= 0 ? 0 : offset_lead(t, r - 2, batch);
+}
+
 // k_gemv16's prefetch: warp w's lane 0 fetches the first GV_PREFETCH_ROW bytes of its first
 // column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
 // wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
 #define GV_PREFETCH_ROW 4096
+template <int DT>
 __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
   i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
   if ((threadIdx.x & 31) != 0 || n >= N) return;
-  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
+  const unsigned short* row =
+      (const unsigned short*)b.ptr + gemv_batch_offset<DT>(b, r, blockIdx.y) + n * b.st[r - 1];
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
@@ -292,7 +303,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
   i64 batch = blockIdx.y;
-  i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
+  i64 ao = gemv_batch_offset<DT>(a, r, batch), bo = gemv_batch_offset<DT>(b, r, batch);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   i64 groups = (N + 7) / 8;
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
@@ -378,11 +389,11 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       // the 16-bit bias and output read and written directly, other dtypes and the
       // activation out of line (a decode GEMV has none)
       if (has_bias) {
-        const i64 bo2 = offset_lead(bias, r - 2, batch) + n * bias.st[r - 1];
+        const i64 bo2 = gemv_batch_offset<DT>(bias, r, batch) + n * bias.st[r - 1];
         v = add_bias(has_bias, v, beta, ld16_or_cold(bias.ptr, bias.dt, bo2), out.dt);
       }
       if (act >= 0) v = apply_unary_cold(act, v);
-      st16_or_cold(out.ptr, out.dt, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
+      st16_or_cold(out.ptr, out.dt, gemv_batch_offset<DT>(out, r, batch) + n * out.st[r - 1], v);
     }
   }
 }
@@ -392,17 +403,17 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       float eps
 #define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+  prefetch_l2_gemv_row<-1>(a, b, out);
   pdl_enter();
   gemv16_body<-1>(GEMV16_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_bf16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+  prefetch_l2_gemv_row<DT_BF16>(a, b, out);
   pdl_enter();
   gemv16_body<DT_BF16>(GEMV16_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
-  prefetch_l2_gemv_row(a, b, out);
+  prefetch_l2_gemv_row<DT_F16>(a, b, out);
   pdl_enter();
   gemv16_body<DT_F16>(GEMV16_ARGS);
 }

@@ -147,8 +147,9 @@ impl Planner<'_> {
             } else {
                 groups
             };
-            // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16)
-            let func = if raw16 {
+            // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16) and one
+            // batch (its batch offsets are 0, no code: EXPERIMENT exp-lean3)
+            let func = if raw16 && batches <= 1 {
                 self.f_dt(name, &[dtype_code(a_dtype), dtype_code(b_dtype)])
             } else {
                 self.f(name)
