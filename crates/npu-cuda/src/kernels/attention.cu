@@ -719,7 +719,8 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
 // k_attn_dec's prefetch: the block's K and V rows into L2 (16-bit caches with contiguous
 // rows; up to 64 KB each), while the previous kernel (the cache write) finishes. Address
 // arithmetic on the parameters only.
-__device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len) {
+// EXPERIMENT exp-pf: k_attn_dec_mma passes the bytes per operand (main: 64 KB).
+__device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len, u64 max_bytes = 65536) {
   if (threadIdx.x != 0 || !is16_dt(t.dt) || t.st[3] != 1 || t.st[2] != t.sh[3]) return;
   // 32-bit: a head count and a grid index (an i64 division is a ~80-instruction subroutine)
   const unsigned kvh = (unsigned)t.sh[1];
@@ -727,7 +728,7 @@ __device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len
   i64 t0 = blockIdx.x * split_len, t1 = min(t.sh[2], t0 + split_len);
   if (t1 <= t0) return;
   const unsigned short* p = (const unsigned short*)t.ptr + b * t.st[0] + kh * t.st[1] + t0 * t.st[2];
-  prefetch_l2_normal(p, min((u64)((t1 - t0) * t.st[2] * 2), (u64)65536));
+  prefetch_l2_normal(p, min((u64)((t1 - t0) * t.st[2] * 2), max_bytes));
 }
 
 extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, TD mask, int has_mask, float scale,
@@ -1273,9 +1274,10 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
 // At least three blocks an SM, as its shared memory allows (138 registers, no spills).
 extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
                                                                  float scale, int group, i64 split_len,
-                                                                 int nsplit, float* part, TD pos, int pre) {
-  prefetch_l2_attn_rows(k, split_len);
-  prefetch_l2_attn_rows(v, split_len);
+                                                                 int nsplit, float* part, TD pos, int pre,
+                                                                 int pf_bytes) {
+  prefetch_l2_attn_rows(k, split_len, (u64)pf_bytes);
+  prefetch_l2_attn_rows(v, split_len, (u64)pf_bytes);
   if (!pre) pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char dm_smem[];

@@ -234,6 +234,13 @@ impl Planner<'_> {
                     Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
                     Arg::Td(pre.map_or(TdArg::null(), TdArg::of)),
                     Arg::I32(i32::from(pre.is_some())),
+                    // EXPERIMENT exp-pf: the pre-wait K/V prefetch's bytes per operand
+                    Arg::I32(
+                        std::env::var("NPU_CUDA_X_ATTN_PF")
+                            .ok()
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(65536),
+                    ),
                 ],
             ),
             self.combine(b * h, nsplit, out),

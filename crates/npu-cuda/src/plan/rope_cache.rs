@@ -228,7 +228,12 @@ impl Planner<'_> {
         let (k_dest, _, k_rows, t) = dec_write(kw)?;
         let (v_dest, v_src, rows2, vt) = dec_write(vw)?;
         let d = *g.q.outputs[0].shape.last()?;
-        if k_rows != rows1 || vt != t || t > DEC_MAX_CACHE || *vw.inputs[1].shape.last()? != d {
+        // EXPERIMENT exp-pf: NPU_CUDA_X_ROPE_DEC_MAX overrides the cache bound
+        let max_cache = std::env::var("NPU_CUDA_X_ROPE_DEC_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEC_MAX_CACHE);
+        if k_rows != rows1 || vt != t || t > max_cache || *vw.inputs[1].shape.last()? != d {
             return None;
         }
         let mut args = q_args;
