@@ -716,10 +716,10 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
 // Partials (m, l, acc[D]) per split as k_attn's, merged by k_attn_combine; q is pre-scaled.
 #define DMAXG 8
 #define DEC_MAXD 128
-// k_attn_dec's prefetch: the block's K and V rows into L2 (16-bit caches with contiguous
-// rows; up to 64 KB each), while the previous kernel (the cache write) finishes. Address
-// arithmetic on the parameters only.
-__device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len) {
+// The decode attention's prefetch: the block's K and V rows into L2 (16-bit caches with
+// contiguous rows; up to max_bytes each), while the previous kernel (the cache write)
+// finishes. Address arithmetic on the parameters only.
+__device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len, u64 max_bytes) {
   if (threadIdx.x != 0 || !is16_dt(t.dt) || t.st[3] != 1 || t.st[2] != t.sh[3]) return;
   // 32-bit: a head count and a grid index (an i64 division is a ~80-instruction subroutine)
   const unsigned kvh = (unsigned)t.sh[1];
@@ -727,13 +727,13 @@ __device__ __forceinline__ void prefetch_l2_attn_rows(const TD& t, i64 split_len
   i64 t0 = blockIdx.x * split_len, t1 = min(t.sh[2], t0 + split_len);
   if (t1 <= t0) return;
   const unsigned short* p = (const unsigned short*)t.ptr + b * t.st[0] + kh * t.st[1] + t0 * t.st[2];
-  prefetch_l2_normal(p, min((u64)((t1 - t0) * t.st[2] * 2), (u64)65536));
+  prefetch_l2_normal(p, min((u64)((t1 - t0) * t.st[2] * 2), max_bytes));
 }
 
 extern "C" __global__ void __launch_bounds__(128) k_attn_dec(TD q, TD k, TD v, TD mask, int has_mask, float scale,
                                                              int group, i64 split_len, int nsplit, float* part) {
-  prefetch_l2_attn_rows(k, split_len);
-  prefetch_l2_attn_rows(v, split_len);
+  prefetch_l2_attn_rows(k, split_len, 65536);
+  prefetch_l2_attn_rows(v, split_len, 65536);
   pdl_enter();
   __shared__ float qs[DMAXG][DEC_MAXD];
   __shared__ float ps[DMAXG][32];
@@ -1270,12 +1270,17 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   }
 }
 
+// k_attn_dec_mma's pre-wait prefetch, bytes per operand: one 64-key tile of 128 dims. 64 KB
+// (the whole split at 32000 of 32768: 33 MB a layer) cost 0.044 ms a step there and nothing
+// at 2048 slots, where a split is one tile (Qwen2.5-1.5B decode, H200, exp-pf A/B of the
+// seventeenth session: 1.9108 -> 1.8664 ms at 32000; no prefetch 1.8655, but +0.003 at 1000).
+#define DEC_MMA_PF_BYTES 16384
 // At least three blocks an SM, as its shared memory allows (138 registers, no spills).
 extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
                                                                  float scale, int group, i64 split_len,
                                                                  int nsplit, float* part, TD pos, int pre) {
-  prefetch_l2_attn_rows(k, split_len);
-  prefetch_l2_attn_rows(v, split_len);
+  prefetch_l2_attn_rows(k, split_len, DEC_MMA_PF_BYTES);
+  prefetch_l2_attn_rows(v, split_len, DEC_MMA_PF_BYTES);
   if (!pre) pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char dm_smem[];

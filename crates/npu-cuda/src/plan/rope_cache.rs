@@ -107,8 +107,9 @@ fn ptr(b: &Binding) -> Arg {
 /// session of 2026-11-28, A/B against `k_rope_cache` in the same build, three rounds): at 1000
 /// of 2048 positions 1.4834 -> 1.4604 ms a step, at 32000 of 32768 1.9090 -> 1.9337, the same
 /// with blocks of 32 or 64 threads. Not understood: the RoPE launch itself got shorter at
-/// both (per-launch profile 0.205 -> 0.145 ms); what follows it at 32000 is the decode
-/// attention's pre-wait phase, 33 MB of K/V prefetches. Sizes between are not measured.
+/// both (per-launch profile 0.205 -> 0.145 ms). Not the decode attention's 33 MB of pre-wait
+/// K/V prefetches either: with them cut to one tile a split it still lost at 32000 (1.8664 ->
+/// 1.8849, seventeenth session). Sizes between are not measured.
 const DEC_MAX_CACHE: usize = 4096;
 
 /// Elements from which the group takes `k_rope_cache8`'s vector items.
