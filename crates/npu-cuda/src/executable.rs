@@ -178,7 +178,10 @@ impl CudaExecutable {
                 lt_cold,
             };
             // A group of steps in one launch: the first step holds it, the others none.
-            if let Some((n, p)) = planner.rope_cache(&program.steps[i..]) {
+            let group = planner
+                .gemv_rope(&program.steps[i..])
+                .or_else(|| planner.rope_cache(&program.steps[i..]));
+            if let Some((n, p)) = group {
                 steps.push(p.launches);
                 steps.extend((1..n).map(|_| Vec::new()));
                 continue;

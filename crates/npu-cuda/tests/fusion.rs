@@ -1,7 +1,8 @@
 //! Planning across steps gives what the steps give apart: a residual GEMM and the normalized
 //! GEMM that reads its output in one launch (`k_epilogue_rms`), bit for bit against the switch
-//! that turns the fusion off; attention layers sharing a mask's tile flags, against the CPU
-//! backend. Its own test binary: the switch is an environment variable, read at prepare time,
+//! that turns the fusion off; a decode layer's q/k/v GEMV with the RoPE / cache group in its
+//! epilogue (`k_gemv16_rope`), likewise; attention layers sharing a mask's tile flags, against
+//! the CPU backend. Its own test binary: the switch is an environment variable, read at prepare time,
 //! so no other test may prepare concurrently. Skips where there is no device.
 
 mod common;
@@ -13,7 +14,7 @@ use common::{
 use npu_cuda::CudaBackend;
 use npu_ir::DType;
 use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
-use npu_runtime::HostTensor;
+use npu_runtime::{Backend, HostTensor, MemoryWeights};
 
 /// The outputs of `p` prepared with the switch `var` set to `value` (unset for None), which
 /// the planner reads at prepare time; unset again after.
@@ -320,5 +321,207 @@ fn decode_attention_reads_early_what_the_cache_group_leaves() {
         let late = run_switched(&gpu, &p, &ins, "NPU_CUDA_ATTN_PRE", Some("0"));
         assert_same_bits(&what, &early, &late);
         assert_near_cpu(&what, &p, &ins, &early);
+    }
+}
+
+/// A decode layer's q/k/v projection (RMSNorm prologue, bias) into one arena row of `k`-long
+/// products, then the RoPE / cache group reading that row as Qwen's decode program does (its
+/// query, key and value rows as views; the caches copied into the arena first), then copies of
+/// everything the two wrote: rope(q), both caches and the row itself.
+fn qkv_rope_program(dt: DType, k: usize, t: usize) -> Program {
+    let (h, kvh, d) = (HEADS, KV_HEADS, HEAD_DIM);
+    let n = (h + 2 * kvh) * d;
+    let esz = dt.size_bytes();
+    let dense = |slot, off: usize, shape: &[usize]| {
+        bind(slot, off as u64, shape, &dense_strides(shape), dt)
+    };
+    let (q, kv, cache) = ([1, h, 1, d], [1, kvh, 1, d], [1, kvh, t, d]);
+    // arena: the q/k/v row, the key and value caches, rope(q), rope(k)
+    let cache_bytes = kvh * t * d * esz;
+    let (kc, vc) = (n * esz, n * esz + cache_bytes);
+    let (qo, ko) = (vc + cache_bytes, vc + cache_bytes + h * d * esz);
+    // `heads` rows of the q/k/v row from row `first`
+    let view = |first: usize, heads: usize| {
+        let off = (first * d * esz) as u64;
+        bind(Slot::Arena, off, &[1, heads, 1, d], &[n, d, n, 1], dt)
+    };
+    // the cos and sin rows broadcast over `heads`
+    let tables = |heads: usize| {
+        [3, 4].map(|i| bind(Slot::Input(i), 0, &[1, heads, 1, d], &[d, 0, d, 1], dt))
+    };
+    let ([qcos, qsin], [kcos, ksin]) = (tables(h), tables(kvh));
+    let pos = bind(Slot::Input(6), 0, &[1], &[1], DType::I64);
+    let step = |kernel, inputs, outputs| Step {
+        kernel,
+        inputs,
+        outputs,
+        origin: "fusion test".into(),
+    };
+    let copy = |from: Binding, to: Binding| step(Kernel::Copy, vec![from], vec![to]);
+    let index_copy = Kernel::IndexCopy { axis: 2 };
+    Program {
+        model_name: "q/k/v projection + rope + cache writes".into(),
+        target: "gpu".into(),
+        compute_dtype: dt,
+        inputs: vec![
+            io("x", &[1, k], dt),
+            io("w", &[n, k], dt),
+            io("bias", &[1, n], dt),
+            io("cos", &[1, 1, 1, d], dt),
+            io("sin", &[1, 1, 1, d], dt),
+            io("nw", &[k], dt),
+            io("pos", &[1], DType::I64),
+            io("k_cache", &cache, dt),
+            io("v_cache", &cache, dt),
+        ],
+        outputs: vec![
+            io("q_rot", &q, dt),
+            io("k_cache_out", &cache, dt),
+            io("v_cache_out", &cache, dt),
+            io("qkv", &[1, n], dt),
+        ],
+        sources: Vec::new(),
+        weights: Vec::new(),
+        constants: Vec::new(),
+        arena_bytes: (ko + kvh * d * esz) as u64,
+        steps: vec![
+            copy(
+                dense(Slot::Input(7), 0, &cache),
+                dense(Slot::Arena, kc, &cache),
+            ),
+            copy(
+                dense(Slot::Input(8), 0, &cache),
+                dense(Slot::Arena, vc, &cache),
+            ),
+            step(
+                Kernel::Gemm {
+                    alpha: 1.0,
+                    beta: 1.0,
+                    act: None,
+                    residual: false,
+                    norm: Some(1e-6),
+                },
+                vec![
+                    dense(Slot::Input(0), 0, &[1, k]),
+                    bind(Slot::Input(1), 0, &[k, n], &[1, k], dt),
+                    dense(Slot::Input(2), 0, &[1, n]),
+                    dense(Slot::Input(5), 0, &[k]),
+                ],
+                vec![dense(Slot::Arena, 0, &[1, n])],
+            ),
+            step(
+                Kernel::Rope,
+                vec![view(0, h), qcos, qsin],
+                vec![dense(Slot::Arena, qo, &q)],
+            ),
+            step(
+                Kernel::Rope,
+                vec![view(h, kvh), kcos, ksin],
+                vec![dense(Slot::Arena, ko, &kv)],
+            ),
+            step(
+                index_copy.clone(),
+                vec![pos.clone(), dense(Slot::Arena, ko, &kv)],
+                vec![dense(Slot::Arena, kc, &cache)],
+            ),
+            step(
+                index_copy,
+                vec![pos, view(h + kvh, kvh)],
+                vec![dense(Slot::Arena, vc, &cache)],
+            ),
+            copy(dense(Slot::Arena, qo, &q), dense(Slot::Output(0), 0, &q)),
+            copy(
+                dense(Slot::Arena, kc, &cache),
+                dense(Slot::Output(1), 0, &cache),
+            ),
+            copy(
+                dense(Slot::Arena, vc, &cache),
+                dense(Slot::Output(2), 0, &cache),
+            ),
+            copy(
+                dense(Slot::Arena, 0, &[1, n]),
+                dense(Slot::Output(3), 0, &[1, n]),
+            ),
+        ],
+    }
+}
+
+#[test]
+fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
+    let Some(gpu) =
+        device_or_skip("qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit")
+    else {
+        return;
+    };
+    let (h, kvh, d, k, t) = (HEADS, KV_HEADS, HEAD_DIM, 1536, 256);
+    let n = (h + 2 * kvh) * d;
+    // the first slot, one inside the cache and the last
+    for (dt, pos) in [(DType::BF16, 100), (DType::BF16, 0), (DType::F16, 255)] {
+        let what = format!("{dt} pos {pos}");
+        let p = qkv_rope_program(dt, k, t);
+        let angle: Vec<f32> = (0..d)
+            .map(|i| pos as f32 / 10f32.powf((i % (d / 2)) as f32 / 32.0))
+            .collect();
+        let ins = inputs(
+            &p,
+            [
+                ("x", values(k, 1, 4.0)),
+                ("w", values(n * k, 2, 0.2)),
+                ("bias", values(n, 3, 2.0)),
+                ("cos", angle.iter().map(|a| a.cos()).collect()),
+                ("sin", angle.iter().map(|a| a.sin()).collect()),
+                ("nw", values(k, 4, 2.0)),
+                ("pos", vec![pos as f32]),
+                ("k_cache", values(kvh * t * d, 5, 2.0)),
+                ("v_cache", values(kvh * t * d, 6, 2.0)),
+            ],
+        );
+        // the planner took the fused kernel, and only without the switch
+        let kernels = |fuse: Option<&str>| {
+            match fuse {
+                Some(v) => std::env::set_var("NPU_CUDA_GEMV_ROPE", v),
+                None => std::env::remove_var("NPU_CUDA_GEMV_ROPE"),
+            }
+            let x = gpu.prepare_cuda(&p, &MemoryWeights::default());
+            std::env::remove_var("NPU_CUDA_GEMV_ROPE");
+            x.expect("prepare").library_kernels()
+        };
+        let fused_in = |ks: Vec<&str>| ks.iter().any(|k| k.starts_with("k_gemv16_rope"));
+        assert!(fused_in(kernels(None)), "{what}: {:?}", kernels(None));
+        assert!(!fused_in(kernels(Some("0"))), "{what}");
+        let fused = run_switched(&gpu, &p, &ins, "NPU_CUDA_GEMV_ROPE", None);
+        let apart = run_switched(&gpu, &p, &ins, "NPU_CUDA_GEMV_ROPE", Some("0"));
+        assert_same_bits(&what, &fused, &apart);
+        assert_near_cpu(&what, &p, &ins, &fused);
+    }
+    // a position past the cache or before it: the fused launch refuses the run, as the
+    // index_copy steps do
+    let p = qkv_rope_program(DType::BF16, k, t);
+    for pos in [t as f32, -1.0] {
+        let ins = inputs(
+            &p,
+            [
+                ("x", values(k, 1, 4.0)),
+                ("w", values(n * k, 2, 0.2)),
+                ("bias", values(n, 3, 2.0)),
+                ("cos", vec![1.0; d]),
+                ("sin", vec![0.0; d]),
+                ("nw", values(k, 4, 2.0)),
+                ("pos", vec![pos]),
+                ("k_cache", values(kvh * t * d, 5, 2.0)),
+                ("v_cache", values(kvh * t * d, 6, 2.0)),
+            ],
+        );
+        let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+        let mut x = gpu.prepare(&p, &MemoryWeights::default()).expect("prepare");
+        let err = x
+            .run_all(&refs)
+            .map(|_| ())
+            .expect_err("a position outside the cache");
+        let err = err.to_string();
+        assert!(
+            err.contains("index") || err.contains("range"),
+            "pos {pos}: {err}"
+        );
     }
 }

@@ -93,7 +93,7 @@ __device__ __forceinline__ float rope_elem(const TD& x, const TD& c, const TD& s
   float cv = ld_dt(c.ptr, dt_of<DT>(c), offset_lead(c, r - 1, row) + i * c.st[r - 1]);
   float sv = ld_dt(s.ptr, dt_of<DT>(s), offset_lead(s, r - 1, row) + i * s.st[r - 1]);
   const int od = dt_of<DT>(out);
-  float v = round_dt(od, xv * cv + rot * sv);
+  float v = round_dt(od, rope_mix(xv, cv, rot, sv));
   st_dt(out.ptr, od, offset_lead(out, r - 1, row) + i * out.st[r - 1], v);
   return v;
 }
@@ -147,8 +147,8 @@ __device__ __forceinline__ void rope8_rows(const unsigned short* xp, const unsig
   unpack8(u[5], sd, sh);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    lo[j] = round_dt(od, xl[j] * cl[j] + (-xh[j]) * sl[j]);
-    hi[j] = round_dt(od, xh[j] * ch[j] + xl[j] * sh[j]);
+    lo[j] = round_dt(od, rope_mix(xl[j], cl[j], -xh[j], sl[j]));
+    hi[j] = round_dt(od, rope_mix(xh[j], ch[j], xl[j], sh[j]));
   }
   st8(op, od, 0, lo);
   st8(op + 2 * (u64)h, od, 0, hi);

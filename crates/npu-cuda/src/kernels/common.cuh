@@ -124,6 +124,10 @@ __device__ __forceinline__ unsigned short f32_to_f16(float f) {
 }
 
 __device__ __forceinline__ bool is16_dt(int dt) { return dt == DT_F16 || dt == DT_BF16; }
+// f32 as a 16-bit float (dt: DT_F16 or DT_BF16).
+__device__ __forceinline__ unsigned short f32_to_h16(float f, int dt) {
+  return dt == DT_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+}
 // A 16-bit float (dt: DT_F16 or DT_BF16) as f32.
 __device__ __forceinline__ float h16_to_f32(unsigned short h, int dt) {
   return dt == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
@@ -188,6 +192,13 @@ __device__ __forceinline__ float round_dt(int dt, float v) {
     case DT_BOOL: return v != 0.0f ? 1.0f : 0.0f;
     default: return truncf(v);
   }
+}
+
+// One RoPE element, x * c + rot * s, rounded twice and added as the CPU backend computes it:
+// no contraction into an FMA, so every kernel that rotates (alone or in a GEMV's epilogue)
+// gives the same bits.
+__device__ __forceinline__ float rope_mix(float x, float c, float rot, float s) {
+  return __fadd_rn(__fmul_rn(x, c), __fmul_rn(rot, s));
 }
 
 // Kernels instanced per dtype (device.rs, DTYPE_INSTANCES; chosen by Device::func_dt): a body

@@ -255,14 +255,23 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
     if (v0 + 32 * u < nv) w[u] = __ldcs(row + v0 + 32 * u);
 }
 
+// The output column warp `warp` of column group g computes. hh = 0: column g * 8 + warp.
+// hh > 0 (k_gemv16_rope, rows of d = 2 * hh columns): the group's four rotation pairs of one
+// row, warp w < 4 the column i of pair g * 4 + w and warp w + 4 its partner i + hh.
+__device__ __forceinline__ i64 gv_col(i64 g, int warp, unsigned hh) {
+  if (hh == 0) return g * 8 + warp;
+  const unsigned pair = (unsigned)g * 4 + (warp & 3), row = pair / hh;
+  return (i64)row * 2 * hh + (pair - row * hh) + (warp >> 2) * hh;
+}
+
 // k_gemv16's prefetch: warp w's lane 0 fetches the first GV_PREFETCH_ROW bytes of its first
 // column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
 // wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
 #define GV_PREFETCH_ROW 4096
-__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out) {
+__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out, unsigned hh = 0) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
-  i64 n = blockIdx.x * 8 + (threadIdx.x >> 5);
+  i64 n = gv_col(blockIdx.x, threadIdx.x >> 5, hh);
   if ((threadIdx.x & 31) != 0 || n >= N) return;
   const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
   prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
@@ -275,6 +284,52 @@ __device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n)
   for (int v = threadIdx.x; v < n; v += blockDim.x) cp_async16(dst + v, src + v, true);
 }
 
+// k_gemv16_rope's epilogue operands (plan/gemv_rope.rs states when the kernel equals the
+// GEMV and then the decode step's RoPE / KV-cache group): the GEMV's output row holds rows0
+// query rows, rows1 key rows and then the value rows, each of d = 2 * hh elements; the tables,
+// the rotations' outputs and the caches are 16-bit rows a stride apart (k_rope_cache_dec's
+// flattening; a table stride 0 broadcasts one row), a cache row written at position t of the
+// one-element index `pos`.
+struct GvRope {
+  const unsigned short *c0, *s0, *c1, *s1;
+  unsigned short *o0, *o1, *kc, *vc;
+  i64 cs0, ss0, os0, cs1, ss1, os1, kcs, kcp, vcs, vcp, T;
+  const void* pos;
+  int pos64, rows0, rows1, step_k, step_v;
+  unsigned hh;
+  int* err;
+};
+
+// Rotation pair `col` (a first-half column) of the GEMV's output values lo, hi (rounded to
+// dt, as stored): a query or key row's pair rotated into its output (a key's also into its
+// cache row), a value row's pair copied to its cache row. A position outside the cache
+// reports the index_copy step that would have refused it.
+__device__ __forceinline__ void gv_rope_pair(const GvRope& p, unsigned col, float lo, float hi, int dt) {
+  const unsigned d = 2 * p.hh, row = col / d, i = col - row * d;
+  const i64 t = ld_index0(p.pos, p.pos64);
+  const bool q = row < (unsigned)p.rows0, k = !q && row < (unsigned)(p.rows0 + p.rows1);
+  if (q || k) {
+    const unsigned r = q ? row : row - p.rows0;
+    const unsigned short* c = q ? p.c0 + r * p.cs0 : p.c1 + r * p.cs1;
+    const unsigned short* s = q ? p.s0 + r * p.ss0 : p.s1 + r * p.ss1;
+    unsigned short* o = q ? p.o0 + r * p.os0 : p.o1 + r * p.os1;
+    const float rl = round_dt(dt, rope_mix(lo, h16_to_f32(c[i], dt), -hi, h16_to_f32(s[i], dt)));
+    hi = round_dt(dt, rope_mix(hi, h16_to_f32(c[i + p.hh], dt), lo, h16_to_f32(s[i + p.hh], dt)));
+    lo = rl;
+    o[i] = f32_to_h16(lo, dt);
+    o[i + p.hh] = f32_to_h16(hi, dt);
+    if (q) return;
+  }
+  if (t < 0 || t >= p.T) {
+    report(p.err, k ? p.step_k : p.step_v);
+    return;
+  }
+  unsigned short* dst = k ? p.kc + (row - p.rows0) * p.kcs + t * p.kcp
+                          : p.vc + (row - p.rows0 - p.rows1) * p.vcs + t * p.vcp;
+  dst[i] = f32_to_h16(lo, dt);
+  dst[i + p.hh] = f32_to_h16(hi, dt);
+}
+
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
 // With the dtype a constant, unpacking eight bf16 is eight shifts and masks instead of a
 // select between two conversions per element: the generic body issued ~117 instructions per
@@ -282,10 +337,12 @@ __device__ __forceinline__ void stage_vec16(uint4* dst, const uint4* src, int n)
 // Measured, not kept: also reading the operands' rank-dependent fields through unrolled
 // selects instead of a run-time index into the parameters (which copies them to local memory
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
-template <int DT>
+// ROPE: k_gemv16_rope (one batch, N a whole number of rows, no activation; the planner
+// checks), columns as gv_col maps them for rp.hh and the RoPE / cache epilogue.
+template <int DT, bool ROPE>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
-                                            float eps) {
+                                            float eps, const GvRope& rp) {
   const int dt = dt_of<DT>(b);
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
@@ -298,7 +355,8 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
   i64 bs = b.st[r - 1];
   // a warp past N streams row N - 1 (in bounds) and stores nothing
-  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(g * 8 + warp, N - 1) * bs); };
+  const unsigned hh = ROPE ? rp.hh : 0;
+  auto row_of = [&](i64 g) { return (const uint4*)(bp + min(gv_col(g, warp, hh), N - 1) * bs); };
   int nv = (int)(K / 8);
   i64 g = blockIdx.x;
   const uint4* row = row_of(g);
@@ -350,7 +408,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     __syncthreads();
   }
   for (; g < groups; g += gridDim.x) {
-    i64 n = g * 8 + warp;
+    i64 n = gv_col(g, warp, hh);
     float s = 0.0f;
     for (int v0 = lane;;) {
 #pragma unroll
@@ -373,7 +431,19 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       gv_load(w, row, lane, nv);
     }
     s = warp_sum(s);
-    if (lane == 0 && n < N) {
+    if (ROPE) {
+      __shared__ float gv_x[8];
+      if (lane == 0) {
+        float v = alpha * s;
+        if (has_bias) v = add_bias(has_bias, v, beta, ld16_or_cold(bias.ptr, bias.dt, n * bias.st[r - 1]), dt);
+        v = round_dt(dt, v);
+        ((unsigned short*)out.ptr)[n * out.st[r - 1]] = f32_to_h16(v, dt);
+        gv_x[warp] = v;
+      }
+      __syncthreads();
+      if (threadIdx.x < 4) gv_rope_pair(rp, (unsigned)gv_col(g, threadIdx.x, hh), gv_x[threadIdx.x], gv_x[threadIdx.x + 4], dt);
+      __syncthreads();
+    } else if (lane == 0 && n < N) {
       float v = alpha * s;
       // the 16-bit bias and output read and written directly, other dtypes and the
       // activation out of line (a decode GEMV has none)
@@ -394,17 +464,43 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
 extern "C" __global__ void __launch_bounds__(256) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<-1>(GEMV16_ARGS);
+  gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_BF16>(GEMV16_ARGS);
+  gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_F16>(GEMV16_ARGS);
+  gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
+}
+
+// k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch
+// fewer a layer. Its parameters past k_gemv16's are GvRope's fields in order.
+#define GV_ROPE_PARAMS                                                                                        \
+  const unsigned short *c0, const unsigned short *s0, const unsigned short *c1, const unsigned short *s1,   \
+      unsigned short *o0, unsigned short *o1, unsigned short *kc, unsigned short *vc, i64 cs0, i64 ss0,       \
+      i64 os0, i64 cs1, i64 ss1, i64 os1, i64 kcs, i64 kcp, i64 vcs, i64 vcp, i64 T, const void *pos,       \
+      int pos64, int rows0, int rows1, int step_k, int step_v, unsigned hh, int *err
+#define GV_ROPE_ARGS                                                                                          \
+  GvRope{c0, s0, c1, s1, o0, o1, kc, vc, cs0, ss0, os0, cs1, ss1, os1, kcs, kcp, vcs, vcp, T, pos, pos64, rows0, \
+         rows1, step_k, step_v, hh, err}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, hh);
+  pdl_enter();
+  gemv16_body<-1, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, hh);
+  pdl_enter();
+  gemv16_body<DT_BF16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, hh);
+  pdl_enter();
+  gemv16_body<DT_F16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

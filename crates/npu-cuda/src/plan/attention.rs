@@ -9,7 +9,7 @@ use crate::launch::{Arg, Launch, TdArg};
 use crate::loc::Loc;
 use npu_ir::DType;
 use npu_program::groups::{index_copy_axis, rope_cache};
-use npu_program::program::{Binding, Step};
+use npu_program::program::{Binding, Kernel, Step};
 
 /// The fewest query rows that take the tensor-core path (`attention_mma`).
 const MMA_MIN_ROWS: usize = 16;
@@ -256,9 +256,11 @@ impl Planner<'_> {
         }
         let steps = &self.program.steps;
         // the group's first step: it has two to four steps and ends right before this one
-        let g = (2..=4).find_map(|n| {
+        let (j, g) = (2..=4).find_map(|n| {
             let j = self.step.checked_sub(n)?;
-            rope_cache(&steps[j..self.step]).filter(|g| g.len() == n)
+            rope_cache(&steps[j..self.step])
+                .filter(|g| g.len() == n)
+                .map(|g| (j, g))
         })?;
         let (kw, vw) = (g.k_write?, g.v_write?);
         // one position written along the cache's sequence dim
@@ -268,12 +270,22 @@ impl Planner<'_> {
         };
         let same =
             kw.outputs[0] == ins[1] && vw.outputs[0] == ins[2] && kw.inputs[0] == vw.inputs[0];
-        let outs = [
+        // and a GEMM's output right before the group: k_gemv16_rope (plan/gemv_rope.rs) runs
+        // the group in that GEMM's launch
+        let gemm_out = j
+            .checked_sub(1)
+            .map(|i| &steps[i])
+            .filter(|s| matches!(s.kernel, Kernel::Gemm { .. }))
+            .map(|s| &s.outputs[0]);
+        let outs: Vec<&Binding> = [
             &g.q.outputs[0],
             &g.k.outputs[0],
             &kw.outputs[0],
             &vw.outputs[0],
-        ];
+        ]
+        .into_iter()
+        .chain(gemm_out)
+        .collect();
         let apart = |t: &Binding| !outs.iter().any(|o| may_share(self.program, o, t));
         let index = &kw.inputs[0];
         let mask_apart = ins.get(3).is_none_or(apart);

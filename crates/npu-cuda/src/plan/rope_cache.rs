@@ -31,7 +31,7 @@ fn vector_layouts(g: &RopeCache) -> bool {
 /// The element stride between consecutive rows of `b`, its dims but the last (and `skip`)
 /// walked in row-major order, where one stride does it (size-1 dims aside; 0 for a single
 /// row or rows broadcast with stride 0).
-fn row_stride(b: &Binding, skip: Option<usize>) -> Option<usize> {
+pub(super) fn row_stride(b: &Binding, skip: Option<usize>) -> Option<usize> {
     let r = b.shape.len();
     let mut stride = None;
     let mut next = 0;
@@ -99,7 +99,7 @@ fn dec_write(st: &Step) -> Option<([Arg; 3], [Arg; 2], usize, usize)> {
 }
 
 /// The binding's first element as a raw pointer argument.
-fn ptr(b: &Binding) -> Arg {
+pub(super) fn ptr(b: &Binding) -> Arg {
     Arg::Ptr(0, Loc::Slot(b.slot, b.byte_offset))
 }
 
@@ -199,60 +199,37 @@ impl Planner<'_> {
         Some((g.len(), vec![launch].into()))
     }
 
-    /// `k_rope_cache_dec` for a decode step's group (fewer than `VEC_MIN` elements, both
-    /// cache writes at one position from one one-element index into a cache of at most
-    /// `DEC_MAX_CACHE` positions, every operand in one 16-bit dtype in `k_rope_cache8`'s
-    /// layouts, rows a stride apart); None otherwise or with `NPU_CUDA_ROPE_DEC=0`.
+    /// `k_rope_cache_dec` for a decode step's group ([`dec_group`]) with a cache of at most
+    /// `DEC_MAX_CACHE` positions; None otherwise or with `NPU_CUDA_ROPE_DEC=0`.
     fn rope_cache_dec(&self, g: &RopeCache) -> Option<Launch> {
         if std::env::var("NPU_CUDA_ROPE_DEC").is_ok_and(|v| v == "0") {
             return None;
         }
-        let (kw, vw) = (g.k_write?, g.v_write?);
-        let (nq, nk) = (g.q.outputs[0].numel(), g.k.outputs[0].numel());
-        let nv = vw.inputs[1].numel();
-        let index = &kw.inputs[0];
-        let one_index = index.numel() == 1 && matches!(index.dtype, DType::I64 | DType::I32);
-        if nq + nk + nv >= VEC_MIN || !vector_layouts(g) || *index != vw.inputs[0] || !one_index {
+        let dg = dec_group(g)?;
+        if dg.t > DEC_MAX_CACHE {
             return None;
         }
-        let dt = g.q.outputs[0].dtype;
-        let all: Vec<&Binding> = [g.q, g.k, kw, vw]
-            .iter()
-            .flat_map(|s| s.inputs.iter().chain(&s.outputs))
-            .filter(|b| *b != index)
-            .collect();
-        if all.iter().any(|b| b.dtype != dt) {
-            return None;
-        }
-        let (q_args, rows0) = dec_rope(g.q)?;
-        let (k_args, rows1) = dec_rope(g.k)?;
-        let (k_dest, _, k_rows, t) = dec_write(kw)?;
-        let (v_dest, v_src, rows2, vt) = dec_write(vw)?;
-        let d = *g.q.outputs[0].shape.last()?;
-        if k_rows != rows1 || vt != t || t > DEC_MAX_CACHE || *vw.inputs[1].shape.last()? != d {
-            return None;
-        }
-        let mut args = q_args;
-        args.push(Arg::I32(rows0 as i32));
-        args.extend(k_args);
-        args.push(Arg::I32(rows1 as i32));
-        args.extend(k_dest);
-        args.extend(v_src);
-        args.extend(v_dest);
-        args.push(Arg::I32(rows2 as i32));
+        let mut args = dg.q.0;
+        args.push(Arg::I32(dg.q.1 as i32));
+        args.extend(dg.k.0);
+        args.push(Arg::I32(dg.k.1 as i32));
+        args.extend(dg.k_dest);
+        args.extend(dg.v_src);
+        args.extend(dg.v_dest);
+        args.push(Arg::I32(dg.v_rows as i32));
         let k_step = self.step + 2;
         args.extend([
-            ptr(index),
-            Arg::I32(i32::from(index.dtype == DType::I64)),
-            Arg::I64(t as i64),
-            Arg::I32(d as i32),
-            Arg::I32(dtype_code(dt)),
+            ptr(dg.index),
+            Arg::I32(i32::from(dg.index.dtype == DType::I64)),
+            Arg::I64(dg.t as i64),
+            Arg::I32(dg.d as i32),
+            Arg::I32(dtype_code(dg.dt)),
             Arg::Ptr(0, Loc::Err),
             Arg::I32(k_step as i32),
             Arg::I32(k_step as i32 + 1),
         ]);
-        let items = (rows0 + rows1) * (d / 16) + rows2 * (d / 8);
-        let code = dtype_code(dt);
+        let items = (dg.q.1 + dg.k.1) * (dg.d / 16) + dg.v_rows * (dg.d / 8);
+        let code = dtype_code(dg.dt);
         Some(kl(
             self.f_dt("k_rope_cache_dec", &[code, code]),
             (grid_for(items), 1, 1),
@@ -261,6 +238,70 @@ impl Planner<'_> {
             args,
         ))
     }
+}
+
+/// A decode step's RoPE / cache group flattened to rows (`k_rope_cache_dec`'s contract, and
+/// `k_gemv16_rope`'s epilogue's): fewer than `VEC_MIN` elements, both cache writes at one
+/// position from one one-element index, every operand in one 16-bit dtype in
+/// `k_rope_cache8`'s layouts, rows a stride apart.
+pub(super) struct DecGroup<'g> {
+    /// The rotations' (x, c, s, out) as (pointer, row stride) arguments, and their rows.
+    pub q: (Vec<Arg>, usize),
+    pub k: (Vec<Arg>, usize),
+    /// The key cache: pointer, row stride, position stride.
+    pub k_dest: [Arg; 3],
+    /// The values written: pointer, row stride.
+    pub v_src: [Arg; 2],
+    /// The value cache, as `k_dest`.
+    pub v_dest: [Arg; 3],
+    pub v_rows: usize,
+    pub index: &'g Binding,
+    /// Cache positions.
+    pub t: usize,
+    /// Row length (the head dim).
+    pub d: usize,
+    pub dt: DType,
+}
+
+/// `g` as a [`DecGroup`]; None where it is not one.
+pub(super) fn dec_group<'g>(g: &RopeCache<'g>) -> Option<DecGroup<'g>> {
+    let (kw, vw) = (g.k_write?, g.v_write?);
+    let (nq, nk) = (g.q.outputs[0].numel(), g.k.outputs[0].numel());
+    let nv = vw.inputs[1].numel();
+    let index = &kw.inputs[0];
+    let one_index = index.numel() == 1 && matches!(index.dtype, DType::I64 | DType::I32);
+    if nq + nk + nv >= VEC_MIN || !vector_layouts(g) || *index != vw.inputs[0] || !one_index {
+        return None;
+    }
+    let dt = g.q.outputs[0].dtype;
+    let all: Vec<&Binding> = [g.q, g.k, kw, vw]
+        .iter()
+        .flat_map(|s| s.inputs.iter().chain(&s.outputs))
+        .filter(|b| *b != index)
+        .collect();
+    if all.iter().any(|b| b.dtype != dt) {
+        return None;
+    }
+    let q = dec_rope(g.q)?;
+    let k = dec_rope(g.k)?;
+    let (k_dest, _, k_rows, t) = dec_write(kw)?;
+    let (v_dest, v_src, v_rows, vt) = dec_write(vw)?;
+    let d = *g.q.outputs[0].shape.last()?;
+    if k_rows != k.1 || vt != t || *vw.inputs[1].shape.last()? != d {
+        return None;
+    }
+    Some(DecGroup {
+        q,
+        k,
+        k_dest,
+        v_src,
+        v_dest,
+        v_rows,
+        index,
+        t,
+        d,
+        dt,
+    })
 }
 
 #[cfg(test)]
