@@ -65,11 +65,11 @@ impl Planner<'_> {
 
 /// Whether the GEMM at `steps[0]` and the decode RoPE / cache group right after it
 /// (`rope_cache::dec_group`) run as one `k_gemv16_rope` launch: the GEMM has no activation
-/// and no residual; its output is one contiguous row of the group's dtype holding exactly the
-/// group's query, key and value rows, in that order, as the group reads them; nothing the
-/// group writes shares bytes with what the GEMM reads or writes, nor do the group's other
-/// inputs share the GEMM's output (the kernel's blocks store while others still load). The
-/// steps it replaces and the group's flattening.
+/// and no residual; a, b and its output are of the group's dtype; the output is one
+/// contiguous row holding exactly the group's query, key and value rows, in that order, as
+/// the group reads them; nothing the group writes shares bytes with what the GEMM reads or
+/// writes, nor do the group's other inputs share the GEMM's output (the kernel's blocks store
+/// while others still load). The steps it replaces and the group's flattening.
 fn fusable<'s>(program: &Program, steps: &'s [Step]) -> Option<(usize, DecGroup<'s>)> {
     let gemm = steps.first()?;
     let Kernel::Gemm {
@@ -87,7 +87,11 @@ fn fusable<'s>(program: &Program, steps: &'s [Step]) -> Option<(usize, DecGroup<
     let (d, rows0, rows1) = (dg.d, dg.q.1, dg.k.1);
     let n = *out.shape.last()?;
     let one_row = out.numel() == n && out.strides.last() == Some(&1);
-    if out.dtype != dg.dt || !one_row || n != (rows0 + rows1 + dg.v_rows) * d {
+    // the kernel's instance fixes a's, b's and the output's dtype to the group's
+    let same_dt = [&gemm.inputs[0], &gemm.inputs[1], out]
+        .iter()
+        .all(|b| b.dtype == dg.dt);
+    if !same_dt || !one_row || n != (rows0 + rows1 + dg.v_rows) * d {
         return None;
     }
     // x of rows `rows` starting at row `first` of the output, d apart
