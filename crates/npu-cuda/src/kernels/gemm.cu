@@ -300,32 +300,53 @@ struct GvRope {
   int* err;
 };
 
-// Rotation pair `col` (a first-half column) of the GEMV's output values lo, hi (rounded to
-// dt, as stored): a query or key row's pair rotated into its output (a key's also into its
-// cache row), a value row's pair copied to its cache row. A position outside the cache
-// reports the index_copy step that would have refused it.
-__device__ __forceinline__ void gv_rope_pair(const GvRope& p, unsigned col, float lo, float hi, int dt) {
+// What rotation pair `col`'s epilogue reads besides the GEMV's values: its table entries
+// (for a query or key row) and the cache position. Loaded with the block's first weight round
+// (after the programmatic wait), so their latency is off the block's tail.
+struct GvRopeIn {
+  float cl, ch, sl, sh;
+  i64 t;
+};
+__device__ __forceinline__ GvRopeIn gv_rope_load(const GvRope& p, unsigned col, int dt) {
   const unsigned d = 2 * p.hh, row = col / d, i = col - row * d;
-  const i64 t = ld_index0(p.pos, p.pos64);
-  const bool q = row < (unsigned)p.rows0, k = !q && row < (unsigned)(p.rows0 + p.rows1);
-  if (q || k) {
+  GvRopeIn e{0.0f, 0.0f, 0.0f, 0.0f, ld_index0(p.pos, p.pos64)};
+  if (row < (unsigned)(p.rows0 + p.rows1)) {
+    const bool q = row < (unsigned)p.rows0;
     const unsigned r = q ? row : row - p.rows0;
     const unsigned short* c = q ? p.c0 + r * p.cs0 : p.c1 + r * p.cs1;
     const unsigned short* s = q ? p.s0 + r * p.ss0 : p.s1 + r * p.ss1;
+    e.cl = h16_to_f32(c[i], dt);
+    e.ch = h16_to_f32(c[i + p.hh], dt);
+    e.sl = h16_to_f32(s[i], dt);
+    e.sh = h16_to_f32(s[i + p.hh], dt);
+  }
+  return e;
+}
+
+// Rotation pair `col` (a first-half column) of the GEMV's output values lo, hi (rounded to
+// dt, as stored), with its inputs e: a query or key row's pair rotated into its output (a
+// key's also into its cache row), a value row's pair copied to its cache row. A position
+// outside the cache reports the index_copy step that would have refused it.
+__device__ __forceinline__ void gv_rope_pair(const GvRope& p, const GvRopeIn& e, unsigned col, float lo, float hi,
+                                             int dt) {
+  const unsigned d = 2 * p.hh, row = col / d, i = col - row * d;
+  const bool q = row < (unsigned)p.rows0, k = !q && row < (unsigned)(p.rows0 + p.rows1);
+  if (q || k) {
+    const unsigned r = q ? row : row - p.rows0;
     unsigned short* o = q ? p.o0 + r * p.os0 : p.o1 + r * p.os1;
-    const float rl = round_dt(dt, rope_mix(lo, h16_to_f32(c[i], dt), -hi, h16_to_f32(s[i], dt)));
-    hi = round_dt(dt, rope_mix(hi, h16_to_f32(c[i + p.hh], dt), lo, h16_to_f32(s[i + p.hh], dt)));
+    const float rl = round_dt(dt, rope_mix(lo, e.cl, -hi, e.sl));
+    hi = round_dt(dt, rope_mix(hi, e.ch, lo, e.sh));
     lo = rl;
     o[i] = f32_to_h16(lo, dt);
     o[i + p.hh] = f32_to_h16(hi, dt);
     if (q) return;
   }
-  if (t < 0 || t >= p.T) {
+  if (e.t < 0 || e.t >= p.T) {
     report(p.err, k ? p.step_k : p.step_v);
     return;
   }
-  unsigned short* dst = k ? p.kc + (row - p.rows0) * p.kcs + t * p.kcp
-                          : p.vc + (row - p.rows0 - p.rows1) * p.vcs + t * p.vcp;
+  unsigned short* dst = k ? p.kc + (row - p.rows0) * p.kcs + e.t * p.kcp
+                          : p.vc + (row - p.rows0 - p.rows1) * p.vcs + e.t * p.vcp;
   dst[i] = f32_to_h16(lo, dt);
   dst[i + p.hh] = f32_to_h16(hi, dt);
 }
@@ -362,6 +383,14 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   const uint4* row = row_of(g);
   uint4 w[GV_U];
   gv_load(w, row, lane, nv);
+  // k_gemv16_rope: the first group's epilogue inputs (GvRopeIn) and bias, in flight with it
+  GvRopeIn ep{};
+  float bv = 0.0f;
+  auto ep_load = [&](i64 g) {
+    if (threadIdx.x < 4) ep = gv_rope_load(rp, (unsigned)gv_col(g, threadIdx.x, hh), dt);
+    if (has_bias && lane == 0) bv = ld16_or_cold(bias.ptr, bias.dt, gv_col(g, warp, hh) * bias.st[r - 1]);
+  };
+  if (ROPE) ep_load(g);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
   // The norm weight, where it is a contiguous, 16-byte aligned row of a's dtype, is staged
@@ -435,13 +464,15 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       __shared__ float gv_x[8];
       if (lane == 0) {
         float v = alpha * s;
-        if (has_bias) v = add_bias(has_bias, v, beta, ld16_or_cold(bias.ptr, bias.dt, n * bias.st[r - 1]), dt);
+        if (has_bias) v = add_bias(has_bias, v, beta, bv, dt);
         v = round_dt(dt, v);
         ((unsigned short*)out.ptr)[n * out.st[r - 1]] = f32_to_h16(v, dt);
         gv_x[warp] = v;
       }
       __syncthreads();
-      if (threadIdx.x < 4) gv_rope_pair(rp, (unsigned)gv_col(g, threadIdx.x, hh), gv_x[threadIdx.x], gv_x[threadIdx.x + 4], dt);
+      if (threadIdx.x < 4)
+        gv_rope_pair(rp, ep, (unsigned)gv_col(g, threadIdx.x, hh), gv_x[threadIdx.x], gv_x[threadIdx.x + 4], dt);
+      if (g + gridDim.x < groups) ep_load(g + gridDim.x);
       __syncthreads();
     } else if (lane == 0 && n < N) {
       float v = alpha * s;
