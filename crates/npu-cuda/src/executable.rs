@@ -202,6 +202,29 @@ impl CudaExecutable {
             scratch_need = scratch_need.max(p.scratch);
             steps.push(p.launches);
         }
+        // EXPERIMENT exp-skip: NPU_CUDA_X_SKIP=NAME[@GRID_X],... drops those library launches
+        // ("generated" for pointwise kernels): wrong results, for the marginal time of a kernel
+        // kind in the captured graph.
+        if let Ok(list) = std::env::var("NPU_CUDA_X_SKIP") {
+            let skip: Vec<(String, Option<u32>)> = list
+                .split(',')
+                .map(|e| match e.split_once('@') {
+                    Some((n, g)) => (n.to_string(), g.parse().ok()),
+                    None => (e.to_string(), None),
+                })
+                .collect();
+            for st in &mut steps {
+                st.retain(|l| match l {
+                    Launch::Kernel(k) => {
+                        let name = dev.func_name(k.func).unwrap_or("generated");
+                        !skip
+                            .iter()
+                            .any(|(n, g)| n == name && g.is_none_or(|g| g == k.grid.0))
+                    }
+                    _ => true,
+                });
+            }
+        }
         // The steps' shared scratch, then the region kept across steps.
         let persist_off = align(LT_WORKSPACE + scratch_need);
         let scratch_bytes = persist_off + persist.into_inner().bytes;
