@@ -202,12 +202,12 @@ impl CudaExecutable {
             scratch_need = scratch_need.max(p.scratch);
             steps.push(p.launches);
         }
-        // EXPERIMENT exp-skip: NPU_CUDA_X_SKIP=NAME[@GRID_X],... drops those library launches
+        // EXPERIMENT exp-skip: NPU_CUDA_X_SKIP=NAME[@GRID_X]+... drops those library launches
         // ("generated" for pointwise kernels): wrong results, for the marginal time of a kernel
         // kind in the captured graph.
         if let Ok(list) = std::env::var("NPU_CUDA_X_SKIP") {
             let skip: Vec<(String, Option<u32>)> = list
-                .split(',')
+                .split('+')
                 .map(|e| match e.split_once('@') {
                     Some((n, g)) => (n.to_string(), g.parse().ok()),
                     None => (e.to_string(), None),
