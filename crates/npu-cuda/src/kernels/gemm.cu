@@ -255,11 +255,12 @@ __device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int 
     if (v0 + 32 * u < nv) w[u] = __ldcs(row + v0 + 32 * u);
 }
 
-// The output column warp `warp` of column group g computes. hh = 0: column g * 8 + warp.
-// hh > 0 (k_gemv16_rope, rows of d = 2 * hh columns): the group's four rotation pairs of one
-// row, warp w < 4 the column i of pair g * 4 + w and warp w + 4 its partner i + hh.
+// The output column warp `warp` of column group g computes. hh = 0: column g * W + warp, a
+// group being a block's W warps (8 or 12, plan/gemm.rs). hh > 0 (k_gemv16_rope, 8 warps,
+// rows of d = 2 * hh columns): the group's four rotation pairs of one row, warp w < 4 the
+// column i of pair g * 4 + w and warp w + 4 its partner i + hh.
 __device__ __forceinline__ i64 gv_col(i64 g, int warp, unsigned hh) {
-  if (hh == 0) return g * 8 + warp;
+  if (hh == 0) return g * (blockDim.x >> 5) + warp;
   const unsigned pair = (unsigned)g * 4 + (warp & 3), row = pair / hh;
   return (i64)row * 2 * hh + (pair - row * hh) + (warp >> 2) * hh;
 }
@@ -372,7 +373,8 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   i64 batch = blockIdx.y;
   i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  i64 groups = (N + 7) / 8;
+  // column groups of gw columns: group g exists while g * gw < N (no division)
+  const int gw = blockDim.x >> 5;
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
   i64 bs = b.st[r - 1];
   // a warp past N streams row N - 1 (in bounds) and stores nothing
@@ -436,7 +438,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     }
     __syncthreads();
   }
-  for (; g < groups; g += gridDim.x) {
+  for (; g * gw < N; g += gridDim.x) {
     i64 n = gv_col(g, warp, hh);
     float s = 0.0f;
     for (int v0 = lane;;) {
@@ -455,7 +457,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       if (v0 >= nv) break;
       gv_load(w, row, v0, nv);
     }
-    if (g + gridDim.x < groups) {
+    if ((g + gridDim.x) * gw < N) {
       row = row_of(g + gridDim.x);
       gv_load(w, row, lane, nv);
     }
@@ -472,7 +474,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       __syncthreads();
       if (threadIdx.x < 4)
         gv_rope_pair(rp, ep, (unsigned)gv_col(g, threadIdx.x, hh), gv_x[threadIdx.x], gv_x[threadIdx.x + 4], dt);
-      if (g + gridDim.x < groups) ep_load(g + gridDim.x);
+      if ((g + gridDim.x) * gw < N) ep_load(g + gridDim.x);
       __syncthreads();
     } else if (lane == 0 && n < N) {
       float v = alpha * s;
@@ -492,17 +494,17 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   TD a, TD b, TD bias, int has_bias, float alpha, float beta, int act, TD out, TD nw, int has_norm, \
       float eps
 #define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
-extern "C" __global__ void __launch_bounds__(256) k_gemv16(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_bf16(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_f16(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});

@@ -13,6 +13,24 @@ use npu_program::program::Binding;
 /// bounding it to 5 or 6 blocks spills).
 const GEMV16_BLOCKS_PER_SM: usize = 4;
 
+/// `k_gemv16`'s warps a block, one output column each: 12 where column groups of 8 would load
+/// the SMs unevenly and groups of 12 evenly, else 8. Qwen2.5-1.5B's o and down projections
+/// (N = 1536) on 132 SMs: 192 blocks of 8 put two on 60 SMs and one on 72, so the step takes
+/// two blocks' time for 1.45 blocks' bytes an SM; 128 blocks of 12 put one on 128 SMs. At 384
+/// threads its 64 registers allow two blocks an SM.
+fn gemv16_warps(n: usize, sms: usize) -> usize {
+    // the busiest SM's share of the work (1: every SM equally busy), where one round of
+    // blocks covers every group
+    let balance = |warps: usize, per_sm: usize| {
+        let blocks = n.div_ceil(warps);
+        (blocks <= per_sm * sms).then(|| blocks as f64 / (sms * blocks.div_ceil(sms)) as f64)
+    };
+    match (balance(8, GEMV16_BLOCKS_PER_SM), balance(12, 2)) {
+        (Some(b8), Some(b12)) if b12 > b8 + 0.1 => 12,
+        _ => 8,
+    }
+}
+
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm(
@@ -138,12 +156,15 @@ impl Planner<'_> {
                 ("k_gemv", k * 4)
             };
             // One warp per output column, 8 per block (4 per block, for more blocks at
-            // N = 1536, measured slower on the H100: each block stages all of `a`).
-            // k_gemv16 loops over groups of 8 columns: at most GEMV16_BLOCKS_PER_SM blocks
-            // per SM, each staging `a` once.
-            let groups = n.div_ceil(8);
+            // N = 1536, measured slower on the H100: each block stages all of `a`), or 12
+            // for k_gemv16 where that balances the SMs (`gemv16_warps`). k_gemv16 loops over
+            // groups of a block's columns: at most GEMV16_BLOCKS_PER_SM blocks of 8 per SM,
+            // each staging `a` once.
+            let sms = self.dev.sms.max(1) as usize;
+            let warps = if raw16 { gemv16_warps(n, sms) } else { 8 };
+            let groups = n.div_ceil(warps);
             let blocks = if raw16 {
-                groups.min(GEMV16_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+                groups.min(GEMV16_BLOCKS_PER_SM * sms)
             } else {
                 groups
             };
@@ -156,7 +177,7 @@ impl Planner<'_> {
             let launch = kl(
                 func,
                 (blocks as u32, batches.max(1) as u32, 1),
-                256,
+                32 * warps as u32,
                 smem as u32,
                 vec![
                     Arg::Td(an),
@@ -392,4 +413,21 @@ pub(super) struct GemmPaths {
     pub out_dtype: npu_ir::DType,
     /// cuBLASLt's own ReLU may serve `act` (its NaN handling measured to match `relu`).
     pub lt_relu: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gemv16_warps;
+
+    #[test]
+    fn gemv_blocks_of_twelve_warps_only_where_they_balance_the_sms() {
+        // Qwen2.5-1.5B on an H100 / H200 (132 SMs): o and down (1536) take 12, q/k/v (2048)
+        // 8 (256 blocks: two on 124 SMs), gate/up (17920) 8 (more groups than blocks)
+        assert_eq!(gemv16_warps(1536, 132), 12);
+        assert_eq!(gemv16_warps(2048, 132), 8);
+        assert_eq!(gemv16_warps(17920, 132), 8);
+        // an A100 (108 SMs): 192 blocks of 8 are the better fit
+        assert_eq!(gemv16_warps(1536, 108), 8);
+        assert_eq!(gemv16_warps(8, 132), 8);
+    }
 }

@@ -26,7 +26,13 @@ impl Planner<'_> {
         let [Launch::Kernel(mut kern)] = <[Launch; 1]>::try_from(plan.launches).ok()? else {
             return None;
         };
-        if plan.scratch != 0 || !self.dev.is_func(kern.func, "k_gemv16") || kern.grid.1 != 1 {
+        // k_gemv16's pairing of columns takes blocks of 8 warps
+        let blocks_of_8 = kern.block.0 == 256;
+        if plan.scratch != 0
+            || !self.dev.is_func(kern.func, "k_gemv16")
+            || kern.grid.1 != 1
+            || !blocks_of_8
+        {
             return None;
         }
         let code = dtype_code(dg.dt);
