@@ -161,7 +161,15 @@ impl Planner<'_> {
             // groups of a block's columns: at most GEMV16_BLOCKS_PER_SM blocks of 8 per SM,
             // each staging `a` once.
             let sms = self.dev.sms.max(1) as usize;
-            let warps = if raw16 { gemv16_warps(n, sms) } else { 8 };
+            let mut warps = if raw16 { gemv16_warps(n, sms) } else { 8 };
+            // EXPERIMENT exp-w12k: NPU_CUDA_X_W12=o (blocks of 12 only for K <= 2048, Qwen's o
+            // projection), down (only K > 2048) or off, to find which GEMV costs at 32000
+            match std::env::var("NPU_CUDA_X_W12").as_deref() {
+                Ok("o") if k > 2048 => warps = 8,
+                Ok("down") if k <= 2048 => warps = 8,
+                Ok("off") => warps = 8,
+                _ => {}
+            }
             let groups = n.div_ceil(warps);
             let blocks = if raw16 {
                 groups.min(GEMV16_BLOCKS_PER_SM * sms)
