@@ -41,6 +41,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_gemv",
     "k_gemv16",
     "k_gemv16_rope",
+    "k_gemv16w",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",

@@ -249,9 +249,10 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 // b is read once per call: its lines are loaded evict-first (ld.global.cs), so streaming a
 // matrix larger than L2 does not evict the activations and the next kernel's L2 prefetch
 // (H100, Qwen2.5-1.5B decode at 1000 of 2048: 2.207 -> 2.074 ms a step).
-__device__ __forceinline__ void gv_load(uint4 (&w)[GV_U], const uint4* row, int v0, int nv) {
+template <int U>
+__device__ __forceinline__ void gv_load(uint4 (&w)[U], const uint4* row, int v0, int nv) {
 #pragma unroll
-  for (int u = 0; u < GV_U; ++u)
+  for (int u = 0; u < U; ++u)
     if (v0 + 32 * u < nv) w[u] = __ldcs(row + v0 + 32 * u);
 }
 
@@ -361,7 +362,8 @@ __device__ __forceinline__ void gv_rope_pair(const GvRope& p, const GvRopeIn& e,
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
 // ROPE: k_gemv16_rope (one batch, N a whole number of rows, no activation; the planner
 // checks), columns as gv_col maps them for rp.hh and the RoPE / cache epilogue.
-template <int DT, bool ROPE>
+// U: 16-byte loads in flight a lane (EXPERIMENT exp-w12u8: 8 for blocks of 12 warps, one an SM).
+template <int DT, bool ROPE, int U = GV_U>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
                                             float eps, const GvRope& rp) {
@@ -383,7 +385,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   int nv = (int)(K / 8);
   i64 g = blockIdx.x;
   const uint4* row = row_of(g);
-  uint4 w[GV_U];
+  uint4 w[U];
   gv_load(w, row, lane, nv);
   // k_gemv16_rope: the first group's epilogue inputs (GvRopeIn) and bias, in flight with it
   GvRopeIn ep{};
@@ -443,7 +445,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     float s = 0.0f;
     for (int v0 = lane;;) {
 #pragma unroll
-      for (int u = 0; u < GV_U; ++u) {
+      for (int u = 0; u < U; ++u) {
         int v = v0 + 32 * u;
         if (v < nv) {
           float wf[8], xf[8];
@@ -453,7 +455,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
           for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
         }
       }
-      v0 += 32 * GV_U;
+      v0 += 32 * U;
       if (v0 >= nv) break;
       gv_load(w, row, v0, nv);
     }
@@ -508,6 +510,24 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
   gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
+}
+
+// EXPERIMENT exp-w12u8: k_gemv16 with eight 16-byte loads in flight a lane, for the blocks of
+// 12 warps (one an SM, so registers do not bound residency there).
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemv16w(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<-1, false, 8>(GEMV16_ARGS, GvRope{});
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemv16w_bf16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_BF16, false, 8>(GEMV16_ARGS, GvRope{});
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemv16w_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_F16, false, 8>(GEMV16_ARGS, GvRope{});
 }
 
 // k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch

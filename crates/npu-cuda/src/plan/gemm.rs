@@ -168,6 +168,10 @@ impl Planner<'_> {
             } else {
                 groups
             };
+            // EXPERIMENT exp-w12u8: blocks of 12 warps take k_gemv16w (eight loads a lane),
+            // NPU_CUDA_X_GVW=0 keeps k_gemv16
+            let wide = warps == 12 && std::env::var("NPU_CUDA_X_GVW").map_or(true, |v| v != "0");
+            let name = if wide { "k_gemv16w" } else { name };
             // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16)
             let func = if raw16 {
                 self.f_dt(name, &[dtype_code(a_dtype), dtype_code(b_dtype)])
