@@ -8,8 +8,8 @@
 mod common;
 
 use common::{
-    assert_near_cpu, bind, device_or_skip, inputs, io, rope_cache_group, run, values, HEADS,
-    HEAD_DIM, KV_HEADS,
+    assert_near_cpu, bind, device_or_skip, inputs, io, rope_cache_group, rope_cache_steps, run,
+    values, HEADS, HEAD_DIM, KV_HEADS,
 };
 use npu_cuda::CudaBackend;
 use npu_ir::DType;
@@ -358,7 +358,6 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize) -> Program {
         origin: "fusion test".into(),
     };
     let copy = |from: Binding, to: Binding| step(Kernel::Copy, vec![from], vec![to]);
-    let index_copy = Kernel::IndexCopy { axis: 2 };
     Program {
         model_name: "q/k/v projection + rope + cache writes".into(),
         target: "gpu".into(),
@@ -409,26 +408,20 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize) -> Program {
                 ],
                 vec![dense(Slot::Arena, 0, &[1, n])],
             ),
-            step(
-                Kernel::Rope,
-                vec![view(0, h), qcos, qsin],
-                vec![dense(Slot::Arena, qo, &q)],
-            ),
-            step(
-                Kernel::Rope,
-                vec![view(h, kvh), kcos, ksin],
-                vec![dense(Slot::Arena, ko, &kv)],
-            ),
-            step(
-                index_copy.clone(),
-                vec![pos.clone(), dense(Slot::Arena, ko, &kv)],
-                vec![dense(Slot::Arena, kc, &cache)],
-            ),
-            step(
-                index_copy,
-                vec![pos, view(h + kvh, kvh)],
-                vec![dense(Slot::Arena, vc, &cache)],
-            ),
+        ]
+        .into_iter()
+        .chain(rope_cache_steps(
+            [view(0, h), view(h, kvh), view(h + kvh, kvh)],
+            [qcos, qsin, kcos, ksin],
+            pos,
+            [dense(Slot::Arena, qo, &q), dense(Slot::Arena, ko, &kv)],
+            [
+                dense(Slot::Arena, kc, &cache),
+                dense(Slot::Arena, vc, &cache),
+            ],
+            "fusion test",
+        ))
+        .chain([
             copy(dense(Slot::Arena, qo, &q), dense(Slot::Output(0), 0, &q)),
             copy(
                 dense(Slot::Arena, kc, &cache),
@@ -442,7 +435,8 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize) -> Program {
                 dense(Slot::Arena, 0, &[1, n]),
                 dense(Slot::Output(3), 0, &[1, n]),
             ),
-        ],
+        ])
+        .collect(),
     }
 }
 

@@ -132,7 +132,6 @@ pub fn rope_cache_group(dt: DType, s: usize, t: usize, origin: &str) -> RopeCach
         [t(Slot::Input(3)), t(Slot::Input(4))]
     };
     let ([qcos, qsin], [kcos, ksin]) = (tables(&q), tables(&kv));
-    let index_copy = Kernel::IndexCopy { axis: 2 };
     RopeCache {
         inputs: vec![
             io("q", &q, dt),
@@ -144,41 +143,69 @@ pub fn rope_cache_group(dt: DType, s: usize, t: usize, origin: &str) -> RopeCach
             io("k_cache", &cache, dt),
             io("v_cache", &cache, dt),
         ],
-        steps: vec![
-            step(
-                Kernel::Copy,
-                vec![dense(Slot::Input(6), 0, &cache)],
-                vec![dense(Slot::Arena, kc, &cache)],
+        steps: [
+            vec![
+                step(
+                    Kernel::Copy,
+                    vec![dense(Slot::Input(6), 0, &cache)],
+                    vec![dense(Slot::Arena, kc, &cache)],
+                ),
+                step(
+                    Kernel::Copy,
+                    vec![dense(Slot::Input(7), 0, &cache)],
+                    vec![dense(Slot::Arena, vc, &cache)],
+                ),
+            ],
+            rope_cache_steps(
+                [
+                    dense(Slot::Input(0), 0, &q),
+                    dense(Slot::Input(1), 0, &kv),
+                    dense(Slot::Input(2), 0, &kv),
+                ],
+                [qcos, qsin, kcos, ksin],
+                pos,
+                [dense(Slot::Arena, qo, &q), dense(Slot::Arena, ko, &kv)],
+                [
+                    dense(Slot::Arena, kc, &cache),
+                    dense(Slot::Arena, vc, &cache),
+                ],
+                origin,
             ),
-            step(
-                Kernel::Copy,
-                vec![dense(Slot::Input(7), 0, &cache)],
-                vec![dense(Slot::Arena, vc, &cache)],
-            ),
-            step(
-                Kernel::Rope,
-                vec![dense(Slot::Input(0), 0, &q), qcos, qsin],
-                vec![dense(Slot::Arena, qo, &q)],
-            ),
-            step(
-                Kernel::Rope,
-                vec![dense(Slot::Input(1), 0, &kv), kcos, ksin],
-                vec![dense(Slot::Arena, ko, &kv)],
-            ),
-            step(
-                index_copy.clone(),
-                vec![pos.clone(), dense(Slot::Arena, ko, &kv)],
-                vec![dense(Slot::Arena, kc, &cache)],
-            ),
-            step(
-                index_copy,
-                vec![pos, dense(Slot::Input(2), 0, &kv)],
-                vec![dense(Slot::Arena, vc, &cache)],
-            ),
-        ],
+        ]
+        .concat(),
         arena_bytes: (ko + bytes(&kv)) as u64,
         q_rot: dense(Slot::Arena, qo, &q),
         k_cache: dense(Slot::Arena, kc, &cache),
         v_cache: dense(Slot::Arena, vc, &cache),
     }
+}
+
+/// A decoder layer's four RoPE / KV-cache steps as the compiler emits them: rope(q) and
+/// rope(k) from `x` = [q, k, v] with `tables` = [q's cos, q's sin, k's cos, k's sin] into
+/// `rot` = [q_out, k_out], then rope(k) and v written into `caches` at `pos` (axis 2).
+pub fn rope_cache_steps(
+    x: [Binding; 3],
+    tables: [Binding; 4],
+    pos: Binding,
+    rot: [Binding; 2],
+    caches: [Binding; 2],
+    origin: &str,
+) -> Vec<Step> {
+    let [xq, xk, xv] = x;
+    let [qcos, qsin, kcos, ksin] = tables;
+    let [qo, ko] = rot;
+    let [kc, vc] = caches;
+    let step = |kernel, inputs: Vec<Binding>, outputs: Vec<Binding>| Step {
+        kernel,
+        inputs,
+        outputs,
+        origin: origin.into(),
+    };
+    let index_copy = Kernel::IndexCopy { axis: 2 };
+    vec![
+        step(Kernel::Rope, vec![xq, qcos, qsin], vec![qo]),
+        step(Kernel::Rope, vec![xk, kcos, ksin], vec![ko.clone()]),
+        step(index_copy.clone(), vec![pos.clone(), ko], vec![kc]),
+        step(index_copy, vec![pos, xv], vec![vc]),
+    ]
 }
