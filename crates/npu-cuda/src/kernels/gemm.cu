@@ -237,9 +237,11 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 
 // M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
 // conflict-free, copied by cp.async all in flight), b rows stream through 16-byte loads, GV_U
-// in flight per lane. One warp per output column; a block takes groups of 8 columns,
-// gridDim.x apart (the planner launches at most a few blocks per SM, so a wide matrix pays the
-// staging once per block, not once per 8 columns). A column's first loads are issued before
+// in flight per lane. One warp per output column; a block takes groups of as many columns
+// as it has warps (8, or 12 where that spreads the blocks evenly over the SMs), gridDim.x
+// apart (the planner launches at most a few blocks per SM, so a wide matrix pays the staging
+// once per block, not once per group). At most 64 registers (`__maxnreg__`): four blocks of
+// 8 warps an SM. A column's first loads are issued before
 // the previous column's reduction and store, and the first column's before a is staged (b is
 // a weight: no kernel writes it). Needs K % 8 == 0 and 16-byte aligned b rows. `has_norm`:
 // the staged row is RMS-normalized first, as k_rms_norm computes it (every block normalizes

@@ -9,8 +9,8 @@ use npu_ir::UnaryOp;
 use npu_program::program::Binding;
 
 /// Blocks per SM that `k_gemv16` is launched with at most (a wide matrix loops over its
-/// column groups): the residency its 64 registers per thread allow at 256 threads (ptxas;
-/// bounding it to 5 or 6 blocks spills).
+/// column groups): the residency its 64 registers per thread (`__maxnreg__`) allow at 256
+/// threads (bounding it to 5 or 6 blocks spills).
 const GEMV16_BLOCKS_PER_SM: usize = 4;
 
 /// `k_gemv16`'s warps a block, one output column each: 12 where column groups of 8 would load
