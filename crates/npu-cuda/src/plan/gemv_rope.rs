@@ -39,27 +39,21 @@ impl Planner<'_> {
         kern.func = self.f_dt("k_gemv16_rope", &[code, code]);
         // the index_copy steps' own numbers, for the error word
         let step_k = self.step + 3;
-        let (q, k) = (&dg.q.0, &dg.k.0);
-        // GvRope's fields in order (kernels/gemm.cu); q and k are (x, c, s, out) pairs
-        kern.args.extend([
-            q[2],
-            q[4],
-            k[2],
-            k[4],
-            q[6],
-            k[6],
-            dg.k_dest[0],
-            dg.v_dest[0],
-        ]);
-        kern.args.extend([q[3], q[5], q[7], k[3], k[5], k[7]]);
+        let (q, k) = (&dg.q, &dg.k);
+        // GvRope's fields in order (kernels/gemm.cu): the pointers, then the row strides
+        kern.args
+            .extend([q.c, q.s, k.c, k.s, q.out, k.out].map(|a| a[0]));
+        kern.args.extend([dg.k_dest[0], dg.v_dest[0]]);
+        kern.args
+            .extend([q.c, q.s, q.out, k.c, k.s, k.out].map(|a| a[1]));
         kern.args
             .extend([dg.k_dest[1], dg.k_dest[2], dg.v_dest[1], dg.v_dest[2]]);
         kern.args.extend([
             Arg::I64(dg.t as i64),
             ptr(dg.index),
             Arg::I32(i32::from(dg.index.dtype == DType::I64)),
-            Arg::I32(dg.q.1 as i32),
-            Arg::I32(dg.k.1 as i32),
+            Arg::I32(q.rows as i32),
+            Arg::I32(k.rows as i32),
             Arg::I32(step_k as i32),
             Arg::I32(step_k as i32 + 1),
             Arg::I32((dg.d / 2) as i32),
@@ -90,7 +84,7 @@ fn fusable<'s>(program: &Program, steps: &'s [Step]) -> Option<(usize, DecGroup<
     let dg = dec_group(&g)?;
     let (kw, vw) = (g.k_write?, g.v_write?);
     let out = &gemm.outputs[0];
-    let (d, rows0, rows1) = (dg.d, dg.q.1, dg.k.1);
+    let (d, rows0, rows1) = (dg.d, dg.q.rows, dg.k.rows);
     let n = *out.shape.last()?;
     let one_row = out.numel() == n && out.strides.last() == Some(&1);
     // the kernel's instance fixes a's, b's and the output's dtype to the group's

@@ -49,13 +49,28 @@ pub(super) fn row_stride(b: &Binding, skip: Option<usize>) -> Option<usize> {
     Some(stride.unwrap_or(0))
 }
 
-/// A rotation's arguments for `k_rope_cache_dec`: (x, c, s, out) each as (pointer, row
-/// stride), and the row count; None where a row stride each does not describe them. x and
-/// out have one shape; the tables have it too or are one row (broadcast over x's rows, as
-/// the generic kernel's walk reads a table whose leading dims are all 1).
-fn dec_rope(st: &Step) -> Option<(Vec<Arg>, usize)> {
+/// A rotation's operands for `k_rope_cache_dec`, each as (pointer, row stride) arguments,
+/// and its row count.
+pub(super) struct DecRope {
+    pub x: [Arg; 2],
+    pub c: [Arg; 2],
+    pub s: [Arg; 2],
+    pub out: [Arg; 2],
+    pub rows: usize,
+}
+
+impl DecRope {
+    /// x, c, s, out in `k_rope_cache_dec`'s parameter order.
+    fn args(&self) -> impl Iterator<Item = Arg> + '_ {
+        [self.x, self.c, self.s, self.out].into_iter().flatten()
+    }
+}
+
+/// A rotation's operands flattened to rows; None where a row stride each does not describe
+/// them. x and out have one shape; the tables have it too or are one row (broadcast over x's
+/// rows, as the generic kernel's walk reads a table whose leading dims are all 1).
+fn dec_rope(st: &Step) -> Option<DecRope> {
     let out = &st.outputs[0];
-    let ops: Vec<&Binding> = st.inputs.iter().take(3).chain([out]).collect();
     let r = out.shape.len();
     let fits = |b: &Binding| {
         b.shape == out.shape
@@ -63,15 +78,20 @@ fn dec_rope(st: &Step) -> Option<(Vec<Arg>, usize)> {
                 && b.shape[r - 1] == out.shape[r - 1]
                 && b.shape[..r - 1].iter().all(|&n| n == 1))
     };
-    if ops.len() != 4 || ops[0].shape != out.shape || !ops.iter().all(|b| fits(b)) {
+    let [x, c, s] = [0, 1, 2].map(|i| st.inputs.get(i));
+    let (x, c, s) = (x?, c?, s?);
+    if x.shape != out.shape || ![x, c, s, out].iter().all(|b| fits(b)) {
         return None;
     }
-    let mut args = Vec::new();
-    for b in ops {
-        args.extend([ptr(b), Arg::I64(row_stride(b, None)? as i64)]);
-    }
+    let rows = |b: &Binding| Some([ptr(b), Arg::I64(row_stride(b, None)? as i64)]);
     let d = *out.shape.last()?;
-    Some((args, out.numel() / d.max(1)))
+    Some(DecRope {
+        x: rows(x)?,
+        c: rows(c)?,
+        s: rows(s)?,
+        out: rows(out)?,
+        rows: out.numel() / d.max(1),
+    })
 }
 
 /// A one-position cache write's arguments (dest pointer, row stride, position stride), its
@@ -209,10 +229,10 @@ impl Planner<'_> {
         if dg.t > DEC_MAX_CACHE {
             return None;
         }
-        let mut args = dg.q.0;
-        args.push(Arg::I32(dg.q.1 as i32));
-        args.extend(dg.k.0);
-        args.push(Arg::I32(dg.k.1 as i32));
+        let mut args: Vec<Arg> = dg.q.args().collect();
+        args.push(Arg::I32(dg.q.rows as i32));
+        args.extend(dg.k.args());
+        args.push(Arg::I32(dg.k.rows as i32));
         args.extend(dg.k_dest);
         args.extend(dg.v_src);
         args.extend(dg.v_dest);
@@ -228,7 +248,7 @@ impl Planner<'_> {
             Arg::I32(k_step as i32),
             Arg::I32(k_step as i32 + 1),
         ]);
-        let items = (dg.q.1 + dg.k.1) * (dg.d / 16) + dg.v_rows * (dg.d / 8);
+        let items = (dg.q.rows + dg.k.rows) * (dg.d / 16) + dg.v_rows * (dg.d / 8);
         let code = dtype_code(dg.dt);
         Some(kl(
             self.f_dt("k_rope_cache_dec", &[code, code]),
@@ -245,9 +265,9 @@ impl Planner<'_> {
 /// position from one one-element index, every operand in one 16-bit dtype in
 /// `k_rope_cache8`'s layouts, rows a stride apart.
 pub(super) struct DecGroup<'g> {
-    /// The rotations' (x, c, s, out) as (pointer, row stride) arguments, and their rows.
-    pub q: (Vec<Arg>, usize),
-    pub k: (Vec<Arg>, usize),
+    /// The rotations of the queries and the keys.
+    pub q: DecRope,
+    pub k: DecRope,
     /// The key cache: pointer, row stride, position stride.
     pub k_dest: [Arg; 3],
     /// The values written: pointer, row stride.
@@ -287,7 +307,7 @@ pub(super) fn dec_group<'g>(g: &RopeCache<'g>) -> Option<DecGroup<'g>> {
     let (k_dest, _, k_rows, t) = dec_write(kw)?;
     let (v_dest, v_src, v_rows, vt) = dec_write(vw)?;
     let d = *g.q.outputs[0].shape.last()?;
-    if k_rows != k.1 || vt != t || *vw.inputs[1].shape.last()? != d {
+    if k_rows != k.rows || vt != t || *vw.inputs[1].shape.last()? != d {
         return None;
     }
     Some(DecGroup {
@@ -347,10 +367,10 @@ mod tests {
     fn a_decode_group_flattens_to_rows() {
         let steps = layer();
         // q: 12 rows of 128, the tables one row broadcast over them
-        let (q, rows) = dec_rope(&steps[0]).expect("rows");
-        assert_eq!((strides(&q), rows), (vec![128, 0, 0, 128], 12));
-        let (_, rows) = dec_rope(&steps[1]).expect("rows");
-        assert_eq!(rows, 2);
+        let q = dec_rope(&steps[0]).expect("rows");
+        let q_args: Vec<Arg> = q.args().collect();
+        assert_eq!((strides(&q_args), q.rows), (vec![128, 0, 0, 128], 12));
+        assert_eq!(dec_rope(&steps[1]).expect("rows").rows, 2);
         // the key cache [1, 2, 2048, 128] at one position: rows 2048 * 128 apart
         let (dest, src, rows, t) = dec_write(&steps[2]).expect("a one-position write");
         assert_eq!(
