@@ -126,6 +126,7 @@ fn fusable<'s>(program: &Program, steps: &'s [Step]) -> Option<(usize, DecGroup<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::steps_program;
     use npu_program::groups::fixtures::decoder_layer;
     use npu_program::program::{dense_strides, Slot};
 
@@ -160,23 +161,8 @@ mod tests {
         [vec![gemm], decoder_layer()].concat()
     }
 
-    fn program(steps: Vec<Step>) -> Program {
-        Program {
-            model_name: String::new(),
-            target: String::new(),
-            compute_dtype: DType::BF16,
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            sources: Vec::new(),
-            weights: Vec::new(),
-            constants: Vec::new(),
-            arena_bytes: 1 << 16,
-            steps,
-        }
-    }
-
     fn fuses(steps: Vec<Step>) -> Option<usize> {
-        let p = program(steps);
+        let p = steps_program(steps);
         fusable(&p, &p.steps).map(|(n, _)| n)
     }
 

@@ -116,6 +116,24 @@ fn rows_last(b: &Binding) -> (usize, usize) {
     (b.numel() / d.max(1), d)
 }
 
+/// A program of `steps` alone, for the planners' unit tests of cross-step facts (`may_share`
+/// reads only the steps' bindings and the outputs' donations, none here).
+#[cfg(test)]
+fn steps_program(steps: Vec<Step>) -> Program {
+    Program {
+        model_name: String::new(),
+        target: String::new(),
+        compute_dtype: npu_ir::DType::BF16,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        sources: Vec::new(),
+        weights: Vec::new(),
+        constants: Vec::new(),
+        arena_bytes: 1 << 16,
+        steps,
+    }
+}
+
 impl Planner<'_> {
     fn f(&self, name: &str) -> Func {
         self.dev.func(name)

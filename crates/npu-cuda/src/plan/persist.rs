@@ -92,6 +92,7 @@ pub(super) fn may_share(program: &Program, w: &Binding, r: &Binding) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::steps_program;
     use npu_ir::DType;
     use npu_program::program::{Kernel, Step};
 
@@ -114,26 +115,11 @@ mod tests {
         }
     }
 
-    fn program(steps: Vec<Step>) -> Program {
-        Program {
-            model_name: String::new(),
-            target: String::new(),
-            compute_dtype: DType::F16,
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            sources: Vec::new(),
-            weights: Vec::new(),
-            constants: Vec::new(),
-            arena_bytes: 1024,
-            steps,
-        }
-    }
-
     #[test]
     fn reused_until_the_source_may_have_been_rewritten() {
         let mask = arena(0, 64);
         // step 1 writes elsewhere; step 3 writes the mask's last element
-        let p = program(vec![
+        let p = steps_program(vec![
             copy(arena(256, 8), arena(512, 8)),
             copy(arena(256, 8), arena(512, 8)),
             copy(arena(256, 8), arena(512, 8)),
