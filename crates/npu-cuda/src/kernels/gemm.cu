@@ -238,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 // M = 1 with 16-bit a and b of one dtype: a is staged raw in shared memory (K/8 uint4, read
 // conflict-free, copied by cp.async all in flight), b rows stream through 16-byte loads, GV_U
 // in flight per lane. One warp per output column; a block takes groups of as many columns
-// as it has warps (8, or 12 where that spreads the blocks evenly over the SMs), gridDim.x
+// as it has warps (8, or 12 where that spreads long rows evenly over the SMs), gridDim.x
 // apart (the planner launches at most a few blocks per SM, so a wide matrix pays the staging
 // once per block, not once per group). At most 64 registers (`__maxnreg__`): four blocks of
 // 8 warps an SM. A column's first loads are issued before

@@ -13,12 +13,23 @@ use npu_program::program::Binding;
 /// threads (bounding it to 5 or 6 blocks spills).
 const GEMV16_BLOCKS_PER_SM: usize = 4;
 
+/// Rows shorter than this (elements) keep `k_gemv16`'s blocks of 8 even where 12 would balance
+/// the SMs: a warp streams such a row in one or two rounds of loads, so a block's time is its
+/// start-up, not its bytes, and two blocks on an SM cost little more than one. Measured on
+/// Qwen2.5-1.5B's decode (H200, eighteenth session, docs/cuda.md): blocks of 12 for the down
+/// projection (K = 8960) alone -0.020 ms a step at 1000 and -0.060 at 32000 against both
+/// projections; for the o projection (K = 1536) alone +0.024 at 32000 against neither. The o
+/// GEMV follows the decode attention, whose blocks fill an SM's registers: presumably a block
+/// of 12 warps (24K registers) becomes resident only when two of them have left, one of 8
+/// after one, so its pre-wait prefetch starts later.
+const GEMV16_W12_MIN_K: usize = 4096;
+
 /// `k_gemv16`'s warps a block, one output column each: 12 where column groups of 8 would load
-/// the SMs unevenly and groups of 12 evenly, else 8. Qwen2.5-1.5B's o and down projections
-/// (N = 1536) on 132 SMs: 192 blocks of 8 put two on 60 SMs and one on 72, so the step takes
-/// two blocks' time for 1.45 blocks' bytes an SM; 128 blocks of 12 put one on 128 SMs. At 384
-/// threads its 64 registers allow two blocks an SM.
-fn gemv16_warps(n: usize, sms: usize) -> usize {
+/// the SMs unevenly and groups of 12 evenly and the rows are long (`GEMV16_W12_MIN_K`), else
+/// 8. Qwen2.5-1.5B's down projection (N = 1536, K = 8960) on 132 SMs: 192 blocks of 8 put two
+/// on 60 SMs and one on 72, so the step takes two blocks' time for 1.45 blocks' bytes an SM;
+/// 128 blocks of 12 put one on 128 SMs. At 384 threads its 64 registers allow two blocks an SM.
+fn gemv16_warps(n: usize, k: usize, sms: usize) -> usize {
     // the busiest SM's share of the work (1: every SM equally busy), where one round of
     // blocks covers every group
     let balance = |warps: usize, per_sm: usize| {
@@ -26,7 +37,7 @@ fn gemv16_warps(n: usize, sms: usize) -> usize {
         (blocks <= per_sm * sms).then(|| blocks as f64 / (sms * blocks.div_ceil(sms)) as f64)
     };
     match (balance(8, GEMV16_BLOCKS_PER_SM), balance(12, 2)) {
-        (Some(b8), Some(b12)) if b12 > b8 + 0.1 => 12,
+        (Some(b8), Some(b12)) if b12 > b8 + 0.1 && k >= GEMV16_W12_MIN_K => 12,
         _ => 8,
     }
 }
@@ -157,11 +168,11 @@ impl Planner<'_> {
             };
             // One warp per output column, 8 per block (4 per block, for more blocks at
             // N = 1536, measured slower on the H100: each block stages all of `a`), or 12
-            // for k_gemv16 where that balances the SMs (`gemv16_warps`). k_gemv16 loops over
-            // groups of a block's columns: at most GEMV16_BLOCKS_PER_SM blocks of 8 per SM,
-            // each staging `a` once.
+            // for k_gemv16 where that balances the SMs over long rows (`gemv16_warps`).
+            // k_gemv16 loops over groups of a block's columns: at most
+            // GEMV16_BLOCKS_PER_SM blocks of 8 per SM, each staging `a` once.
             let sms = self.dev.sms.max(1) as usize;
-            let warps = if raw16 { gemv16_warps(n, sms) } else { 8 };
+            let warps = if raw16 { gemv16_warps(n, k, sms) } else { 8 };
             let groups = n.div_ceil(warps);
             let blocks = if raw16 {
                 groups.min(GEMV16_BLOCKS_PER_SM * sms)
@@ -420,14 +431,17 @@ mod tests {
     use super::gemv16_warps;
 
     #[test]
-    fn gemv_blocks_of_twelve_warps_only_where_they_balance_the_sms() {
-        // Qwen2.5-1.5B on an H100 / H200 (132 SMs): o and down (1536) take 12, q/k/v (2048)
-        // 8 (256 blocks: two on 124 SMs), gate/up (17920) 8 (more groups than blocks)
-        assert_eq!(gemv16_warps(1536, 132), 12);
-        assert_eq!(gemv16_warps(2048, 132), 8);
-        assert_eq!(gemv16_warps(17920, 132), 8);
+    fn gemv_blocks_of_twelve_warps_only_where_they_balance_the_sms_over_long_rows() {
+        // Qwen2.5-1.5B on an H100 / H200 (132 SMs): down (1536 x 8960) takes 12, o (1536 x
+        // 1536) 8 (short rows), q/k/v (2048) 8 (256 blocks: two on 124 SMs), gate/up (17920)
+        // 8 (more groups than blocks)
+        assert_eq!(gemv16_warps(1536, 8960, 132), 12);
+        assert_eq!(gemv16_warps(1536, 1536, 132), 8);
+        assert_eq!(gemv16_warps(1536, 4096, 132), 12);
+        assert_eq!(gemv16_warps(2048, 8960, 132), 8);
+        assert_eq!(gemv16_warps(17920, 1536, 132), 8);
         // an A100 (108 SMs): 192 blocks of 8 are the better fit
-        assert_eq!(gemv16_warps(1536, 108), 8);
-        assert_eq!(gemv16_warps(8, 132), 8);
+        assert_eq!(gemv16_warps(1536, 8960, 108), 8);
+        assert_eq!(gemv16_warps(8, 8960, 132), 8);
     }
 }
