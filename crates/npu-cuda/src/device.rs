@@ -41,6 +41,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_gemv",
     "k_gemv16",
     "k_gemv16_rope",
+    "k_gemv16_gated",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -68,6 +69,11 @@ pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
     ["k_rms_norm", "k_rms_norm_bf16", "k_rms_norm_f16"],
     ["k_gemv16", "k_gemv16_bf16", "k_gemv16_f16"],
     ["k_gemv16_rope", "k_gemv16_rope_bf16", "k_gemv16_rope_f16"],
+    [
+        "k_gemv16_gated",
+        "k_gemv16_gated_bf16",
+        "k_gemv16_gated_f16",
+    ],
     [
         "k_epilogue_rms",
         "k_epilogue_rms_bf16",

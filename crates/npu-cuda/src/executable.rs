@@ -180,6 +180,7 @@ impl CudaExecutable {
             // A group of steps in one launch: the first step holds it, the others none.
             let group = planner
                 .gemv_rope(&program.steps[i..])
+                .or_else(|| planner.gemv_gated(&program.steps[i..]))
                 .or_else(|| planner.rope_cache(&program.steps[i..]));
             if let Some((n, p)) = group {
                 steps.push(p.launches);

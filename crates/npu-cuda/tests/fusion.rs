@@ -1,7 +1,8 @@
 //! Planning across steps gives what the steps give apart: a residual GEMM and the normalized
 //! GEMM that reads its output in one launch (`k_epilogue_rms`), bit for bit against the switch
 //! that turns the fusion off; a decode layer's q/k/v GEMV with the RoPE / cache group in its
-//! epilogue (`k_gemv16_rope`), likewise; attention layers sharing a mask's tile flags, against
+//! epilogue (`k_gemv16_rope`), likewise, and a gate/up GEMV with the gating in its epilogue
+//! (`k_gemv16_gated`); attention layers sharing a mask's tile flags, against
 //! the CPU backend. Its own test binary: the switch is an environment variable, read at prepare time,
 //! so no other test may prepare concurrently. Skips where there is no device.
 
@@ -12,7 +13,8 @@ use common::{
     values, HEADS, HEAD_DIM, KV_HEADS,
 };
 use npu_cuda::CudaBackend;
-use npu_ir::DType;
+use npu_ir::{BinaryOp, DType, UnaryOp};
+use npu_program::expr::Instr;
 use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
 use npu_runtime::{Backend, HostTensor, MemoryWeights};
 
@@ -517,5 +519,127 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
             err.contains("index") || err.contains("range"),
             "pos {pos}: {err}"
         );
+    }
+}
+
+/// A gated MLP's first half as a decode step compiles it: gu = rms_norm(x) @ w^T (2 hh
+/// columns: gate, then up), h = silu(gate) * up; both rows are outputs.
+fn gated_program(dt: DType, k: usize, hh: usize) -> Program {
+    let n = 2 * hh;
+    let esz = dt.size_bytes();
+    let dense = |slot, off: usize, shape: &[usize]| {
+        bind(slot, off as u64, shape, &dense_strides(shape), dt)
+    };
+    let step = |kernel, inputs, outputs| Step {
+        kernel,
+        inputs,
+        outputs,
+        origin: "fusion test".into(),
+    };
+    let half = [1, 1, hh];
+    let gating = npu_program::expr::Expr {
+        code: vec![
+            Instr::Load(0),
+            Instr::Unary(UnaryOp::Silu),
+            Instr::Load(1),
+            Instr::Binary(BinaryOp::Mul),
+        ],
+    };
+    Program {
+        model_name: "gate/up projection + gating".into(),
+        target: "gpu".into(),
+        compute_dtype: dt,
+        inputs: vec![
+            io("x", &[1, k], dt),
+            io("w", &[n, k], dt),
+            io("nw", &[k], dt),
+        ],
+        outputs: vec![io("h", &half, dt), io("gu", &[1, n], dt)],
+        sources: Vec::new(),
+        weights: Vec::new(),
+        constants: Vec::new(),
+        arena_bytes: ((n + hh) * esz) as u64,
+        steps: vec![
+            step(
+                Kernel::Gemm {
+                    alpha: 1.0,
+                    beta: 1.0,
+                    act: None,
+                    residual: false,
+                    norm: Some(1e-6),
+                },
+                vec![
+                    dense(Slot::Input(0), 0, &[1, k]),
+                    bind(Slot::Input(1), 0, &[k, n], &[1, k], dt),
+                    dense(Slot::Input(2), 0, &[k]),
+                ],
+                vec![dense(Slot::Arena, 0, &[1, n])],
+            ),
+            step(
+                Kernel::Elementwise { expr: gating },
+                vec![
+                    dense(Slot::Arena, 0, &half),
+                    dense(Slot::Arena, hh * esz, &half),
+                ],
+                vec![dense(Slot::Arena, n * esz, &half)],
+            ),
+            step(
+                Kernel::Copy,
+                vec![dense(Slot::Arena, n * esz, &half)],
+                vec![dense(Slot::Output(0), 0, &half)],
+            ),
+            step(
+                Kernel::Copy,
+                vec![dense(Slot::Arena, 0, &[1, n])],
+                vec![dense(Slot::Output(1), 0, &[1, n])],
+            ),
+        ],
+    }
+}
+
+#[test]
+fn gate_up_gemv_runs_the_gating_in_its_epilogue_bit_for_bit() {
+    let Some(gpu) = device_or_skip("gate_up_gemv_runs_the_gating_in_its_epilogue_bit_for_bit")
+    else {
+        return;
+    };
+    // Qwen2.5-1.5B's shape, a small odd one, and halves of 10 columns (not a whole number of
+    // a block's four pairs: the two steps stay apart, still correct)
+    for (dt, k, hh, fuses) in [
+        (DType::BF16, 1536, 8960, true),
+        (DType::F16, 520, 1004, true),
+        (DType::BF16, 64, 10, false),
+    ] {
+        let what = format!("{dt} k {k} hh {hh}");
+        let p = gated_program(dt, k, hh);
+        let ins = inputs(
+            &p,
+            [
+                ("x", values(k, 1, 4.0)),
+                ("w", values(2 * hh * k, 2, 0.2)),
+                ("nw", values(k, 3, 2.0)),
+            ],
+        );
+        let kernels = |fuse: Option<&str>| {
+            match fuse {
+                Some(v) => std::env::set_var("NPU_CUDA_GEMV_GATED", v),
+                None => std::env::remove_var("NPU_CUDA_GEMV_GATED"),
+            }
+            let x = gpu.prepare_cuda(&p, &MemoryWeights::default());
+            std::env::remove_var("NPU_CUDA_GEMV_GATED");
+            x.expect("prepare").library_kernels()
+        };
+        let fused_in = |ks: Vec<&str>| ks.iter().any(|k| k.starts_with("k_gemv16_gated"));
+        assert_eq!(
+            fused_in(kernels(None)),
+            fuses,
+            "{what}: {:?}",
+            kernels(None)
+        );
+        assert!(!fused_in(kernels(Some("0"))), "{what}");
+        let fused = run_switched(&gpu, &p, &ins, "NPU_CUDA_GEMV_GATED", None);
+        let apart = run_switched(&gpu, &p, &ins, "NPU_CUDA_GEMV_GATED", Some("0"));
+        assert_same_bits(&what, &fused, &apart);
+        assert_near_cpu(&what, &p, &ins, &fused);
     }
 }

@@ -354,6 +354,23 @@ __device__ __forceinline__ void gv_rope_pair(const GvRope& p, const GvRopeIn& e,
   dst[i + p.hh] = f32_to_h16(hi, dt);
 }
 
+// k_gemv16_gated's epilogue operands: the GEMV's output row is [gate | up], hh columns each,
+// and the elementwise step after it, h = act(gate) * up (f32, one rounding to the dtype, as
+// the generated elementwise kernel computes it), runs in the epilogue; h is a contiguous row
+// of hh elements, `act` an apply_unary code (plan/gemv_gated.rs states when this equals the two
+// steps).
+struct GvGated {
+  unsigned short* h;
+  int act;
+  unsigned hh;
+};
+
+// The epilogue kinds of gemv16_body: the GEMV alone, with the RoPE / cache group (GvRope), with
+// the gating (GvGated). The last two pair column i with column i + hh in one block (gv_col).
+#define GV_PLAIN 0
+#define GV_ROPE 1
+#define GV_GATED 2
+
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
 // With the dtype a constant, unpacking eight bf16 is eight shifts and masks instead of a
 // select between two conversions per element: the generic body issued ~117 instructions per
@@ -361,12 +378,13 @@ __device__ __forceinline__ void gv_rope_pair(const GvRope& p, const GvRopeIn& e,
 // Measured, not kept: also reading the operands' rank-dependent fields through unrolled
 // selects instead of a run-time index into the parameters (which copies them to local memory
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
-// ROPE: k_gemv16_rope (one batch, N a whole number of rows, no activation; the planner
-// checks), columns as gv_col maps them for rp.hh and the RoPE / cache epilogue.
-template <int DT, bool ROPE>
+// EPI: GV_ROPE for k_gemv16_rope (one batch, N a whole number of rows, no activation; the
+// planner checks), columns as gv_col maps them for rp.hh and the RoPE / cache epilogue;
+// GV_GATED for k_gemv16_gated likewise with gg.hh (one batch, hh a multiple of 4).
+template <int DT, int EPI>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
-                                            float eps, const GvRope& rp) {
+                                            float eps, const GvRope& rp, const GvGated& gg) {
   const int dt = dt_of<DT>(b);
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
@@ -380,7 +398,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   const unsigned short* bp = (const unsigned short*)b.ptr + bo;
   i64 bs = b.st[r - 1];
   // a warp past N streams row N - 1 (in bounds) and stores nothing
-  const unsigned hh = ROPE ? rp.hh : 0;
+  const unsigned hh = EPI == GV_ROPE ? rp.hh : EPI == GV_GATED ? gg.hh : 0;
   auto row_of = [&](i64 g) { return (const uint4*)(bp + min(gv_col(g, warp, hh), N - 1) * bs); };
   int nv = (int)(K / 8);
   i64 g = blockIdx.x;
@@ -391,10 +409,10 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   GvRopeIn ep{};
   float bv = 0.0f;
   auto ep_load = [&](i64 g) {
-    if (threadIdx.x < 4) ep = gv_rope_load(rp, (unsigned)gv_col(g, threadIdx.x, hh), dt);
+    if (EPI == GV_ROPE && threadIdx.x < 4) ep = gv_rope_load(rp, (unsigned)gv_col(g, threadIdx.x, hh), dt);
     if (has_bias && lane == 0) bv = ld16_or_cold(bias.ptr, bias.dt, gv_col(g, warp, hh) * bias.st[r - 1]);
   };
-  if (ROPE) ep_load(g);
+  if (EPI != GV_PLAIN) ep_load(g);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
   // The norm weight, where it is a contiguous, 16-byte aligned row of a's dtype, is staged
@@ -464,7 +482,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       gv_load(w, row, lane, nv);
     }
     s = warp_sum(s);
-    if (ROPE) {
+    if (EPI != GV_PLAIN) {
       __shared__ float gv_x[8];
       if (lane == 0) {
         float v = alpha * s;
@@ -474,8 +492,12 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
         gv_x[warp] = v;
       }
       __syncthreads();
-      if (threadIdx.x < 4)
+      if (EPI == GV_ROPE && threadIdx.x < 4)
         gv_rope_pair(rp, ep, (unsigned)gv_col(g, threadIdx.x, hh), gv_x[threadIdx.x], gv_x[threadIdx.x + 4], dt);
+      if (EPI == GV_GATED && threadIdx.x < 4) {
+        const float y = apply_unary(gg.act, gv_x[threadIdx.x]) * gv_x[threadIdx.x + 4];
+        gg.h[(unsigned)g * 4 + threadIdx.x] = f32_to_h16(y, dt);
+      }
       if ((g + gridDim.x) * gw < N) ep_load(g + gridDim.x);
       __syncthreads();
     } else if (lane == 0 && n < N) {
@@ -499,17 +521,17 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
 extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<-1, GV_PLAIN>(GEMV16_ARGS, GvRope{}, GvGated{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_BF16, GV_PLAIN>(GEMV16_ARGS, GvRope{}, GvGated{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_F16, GV_PLAIN>(GEMV16_ARGS, GvRope{}, GvGated{});
 }
 
 // k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch
@@ -525,17 +547,36 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<-1, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<-1, GV_ROPE>(GEMV16_ARGS, GV_ROPE_ARGS, GvGated{});
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<DT_BF16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_BF16, GV_ROPE>(GEMV16_ARGS, GV_ROPE_ARGS, GvGated{});
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<DT_F16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_F16, GV_ROPE>(GEMV16_ARGS, GV_ROPE_ARGS, GvGated{});
+}
+
+// k_gemv16 with the elementwise gating after it in its epilogue (GvGated): the SiLU * up of a
+// gated MLP without its own launch. Its parameters past k_gemv16's are GvGated's fields.
+#define GV_GATED_PARAMS unsigned short *h, int gact, unsigned hh
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_gated(GEMV16_PARAMS, GV_GATED_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, hh);
+  pdl_enter();
+  gemv16_body<-1, GV_GATED>(GEMV16_ARGS, GvRope{}, GvGated{h, gact, hh});
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_gated_bf16(GEMV16_PARAMS, GV_GATED_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, hh);
+  pdl_enter();
+  gemv16_body<DT_BF16, GV_GATED>(GEMV16_ARGS, GvRope{}, GvGated{h, gact, hh});
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_gated_f16(GEMV16_PARAMS, GV_GATED_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, hh);
+  pdl_enter();
+  gemv16_body<DT_F16, GV_GATED>(GEMV16_ARGS, GvRope{}, GvGated{h, gact, hh});
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

@@ -13,6 +13,7 @@ mod conv_dnn;
 mod epilogue_norm;
 mod gather;
 mod gemm;
+mod gemv_gated;
 mod gemv_rope;
 mod persist;
 mod pointwise;
