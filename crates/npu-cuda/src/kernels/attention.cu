@@ -630,11 +630,13 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_mma(TD q, TD k, TD v, T
 // three (m, then m and l again, then the values); a round past the last split is predicated,
 // not a loop of single loads.
 #define CMAX 1024
-#define CW 8
-extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* part, int nsplit, TD out) {
+#define CW_MAX 16
+extern "C" __global__ void __launch_bounds__(512) k_attn_combine(const float* part, int nsplit, TD out) {
   pdl_enter();
   __shared__ float wsh[CMAX];
-  __shared__ float sums[CW][32];
+  __shared__ float sums[CW_MAX][32];
+  // EXPERIMENT exp-combt: the block size from the launch (NPU_CUDA_X_COMB_T)
+  const int CW = blockDim.x >> 5;
   const int D = (int)out.sh[3];
   const i64 row = blockIdx.x;
   const i64 ld = D + 2;
@@ -692,7 +694,6 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
   __syncthreads();
   if (warp == 0 && d < D) {
     float sum = 0.0f;
-#pragma unroll
     for (int w = 0; w < CW; ++w) sum += sums[w][lane];
     // the row's (batch, head, position) in 32 bits here, off the loads' path (64-bit
     // divisions here ran first, a subroutine call before the first load: 0.012 ms a decode

@@ -119,7 +119,12 @@ impl Planner<'_> {
         kl(
             self.f("k_attn_combine"),
             (rows as u32, d.div_ceil(32) as u32, 1),
-            256,
+            // EXPERIMENT exp-combt: 128, 256 or 512 threads
+            std::env::var("NPU_CUDA_X_COMB_T")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|t| [128, 256, 512].contains(t))
+                .unwrap_or(256),
             0,
             vec![
                 Arg::Ptr(0, Loc::Scratch(SCRATCH0)),
