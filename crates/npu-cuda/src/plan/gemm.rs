@@ -174,8 +174,16 @@ impl Planner<'_> {
             let sms = self.dev.sms.max(1) as usize;
             let warps = if raw16 { gemv16_warps(n, k, sms) } else { 8 };
             let groups = n.div_ceil(warps);
+            // EXPERIMENT exp-combt: NPU_CUDA_X_GV_BPS=1..4 blocks of 8 an SM at most (four
+            // blocks of 256 threads at 64 registers fill the register file, so the next
+            // launch's blocks become resident only as the GEMV's leave)
+            let per_sm = std::env::var("NPU_CUDA_X_GV_BPS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|b| (1..=4).contains(b) && warps == 8)
+                .unwrap_or(GEMV16_BLOCKS_PER_SM);
             let blocks = if raw16 {
-                groups.min(GEMV16_BLOCKS_PER_SM * sms)
+                groups.min(per_sm * sms)
             } else {
                 groups
             };
