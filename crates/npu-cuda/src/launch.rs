@@ -146,6 +146,13 @@ pub(crate) enum Arg {
     F64(f64),
 }
 
+impl Arg {
+    /// The binding's first element as a raw pointer argument.
+    pub fn ptr_of(b: &Binding) -> Arg {
+        Arg::Ptr(0, Loc::Slot(b.slot, b.byte_offset))
+    }
+}
+
 pub(crate) struct KernelLaunch {
     pub func: Func,
     pub grid: (u32, u32, u32),

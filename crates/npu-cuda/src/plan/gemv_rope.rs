@@ -5,7 +5,7 @@
 //! shared memory, never read back from the GEMV's output.
 
 use super::persist::may_share;
-use super::rope_cache::{dec_group, ptr, row_stride, DecGroup};
+use super::rope_cache::{dec_group, row_stride, DecGroup};
 use super::{Planner, StepPlan};
 use crate::launch::{dtype_code, Arg, Launch};
 use crate::loc::Loc;
@@ -50,7 +50,7 @@ impl Planner<'_> {
             .extend([dg.k_dest[1], dg.k_dest[2], dg.v_dest[1], dg.v_dest[2]]);
         kern.args.extend([
             Arg::I64(dg.t as i64),
-            ptr(dg.index),
+            Arg::ptr_of(dg.index),
             Arg::I32(i32::from(dg.index.dtype == DType::I64)),
             Arg::I32(q.rows as i32),
             Arg::I32(k.rows as i32),
@@ -166,44 +166,45 @@ mod tests {
         fusable(&p, &p.steps).map(|(n, _)| n)
     }
 
+    /// Whether Qwen's layer still fuses after `edit`.
+    fn fuses_after(edit: impl FnOnce(&mut [Step])) -> Option<usize> {
+        let mut steps = layer();
+        edit(&mut steps);
+        fuses(steps)
+    }
+
     #[test]
     fn a_decode_layers_qkv_gemv_takes_its_group() {
         assert_eq!(fuses(layer()), Some(5));
         // the group alone, or a GEMM with an activation: no
         assert_eq!(fuses(layer()[1..].to_vec()), None);
-        let mut steps = layer();
-        if let Kernel::Gemm { act, .. } = &mut steps[0].kernel {
-            *act = Some(npu_ir::UnaryOp::Silu);
-        }
-        assert_eq!(fuses(steps), None);
+        let silu = |s: &mut [Step]| {
+            if let Kernel::Gemm { act, .. } = &mut s[0].kernel {
+                *act = Some(npu_ir::UnaryOp::Silu);
+            }
+        };
+        assert_eq!(fuses_after(silu), None);
     }
 
     #[test]
     fn the_row_must_hold_the_groups_rows_in_order() {
         // a wider row: a column the group does not read
-        let mut steps = layer();
-        steps[0].outputs[0].shape = vec![1, 2056];
-        steps[0].outputs[0].strides = vec![2056, 1];
-        assert_eq!(fuses(steps), None);
+        let wider = |s: &mut [Step]| {
+            s[0].outputs[0].shape = vec![1, 2056];
+            s[0].outputs[0].strides = vec![2056, 1];
+        };
+        assert_eq!(fuses_after(wider), None);
         // the values read from another row
-        let mut steps = layer();
-        steps[4].inputs[1].byte_offset = 20000;
-        assert_eq!(fuses(steps), None);
+        assert_eq!(fuses_after(|s| s[4].inputs[1].byte_offset = 20000), None);
         // the keys read from the queries' rows
-        let mut steps = layer();
-        steps[2].inputs[0].byte_offset = 0;
-        assert_eq!(fuses(steps), None);
+        assert_eq!(fuses_after(|s| s[2].inputs[0].byte_offset = 0), None);
     }
 
     #[test]
     fn nothing_the_group_writes_may_share_the_gemms_operands() {
         // rope(q) written over the GEMM's a
-        let mut steps = layer();
-        steps[1].outputs[0].byte_offset = 60000;
-        assert_eq!(fuses(steps), None);
+        assert_eq!(fuses_after(|s| s[1].outputs[0].byte_offset = 60000), None);
         // the sin table in the GEMM's output row: other blocks store there meanwhile
-        let mut steps = layer();
-        steps[1].inputs[2].byte_offset = 1024;
-        assert_eq!(fuses(steps), None);
+        assert_eq!(fuses_after(|s| s[1].inputs[2].byte_offset = 1024), None);
     }
 }

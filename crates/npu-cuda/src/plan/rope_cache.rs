@@ -83,7 +83,7 @@ fn dec_rope(st: &Step) -> Option<DecRope> {
     if x.shape != out.shape || ![x, c, s, out].iter().all(|b| fits(b)) {
         return None;
     }
-    let rows = |b: &Binding| Some([ptr(b), Arg::I64(row_stride(b, None)? as i64)]);
+    let rows = |b: &Binding| Some([Arg::ptr_of(b), Arg::I64(row_stride(b, None)? as i64)]);
     let d = *out.shape.last()?;
     Some(DecRope {
         x: rows(x)?,
@@ -108,19 +108,17 @@ fn dec_write(st: &Step) -> Option<([Arg; 3], [Arg; 2], usize, usize)> {
     let rows = src.numel() / dest.shape[r - 1].max(1);
     Some((
         [
-            ptr(dest),
+            Arg::ptr_of(dest),
             Arg::I64(row_stride(dest, Some(axis))? as i64),
             Arg::I64(dest.strides[axis] as i64),
         ],
-        [ptr(src), Arg::I64(row_stride(src, Some(axis))? as i64)],
+        [
+            Arg::ptr_of(src),
+            Arg::I64(row_stride(src, Some(axis))? as i64),
+        ],
         rows,
         dest.shape[axis],
     ))
-}
-
-/// The binding's first element as a raw pointer argument.
-pub(super) fn ptr(b: &Binding) -> Arg {
-    Arg::Ptr(0, Loc::Slot(b.slot, b.byte_offset))
 }
 
 /// The longest cache `k_rope_cache_dec` writes. Qwen2.5-1.5B decode (H200, sixteenth
@@ -239,7 +237,7 @@ impl Planner<'_> {
         args.push(Arg::I32(dg.v_rows as i32));
         let k_step = self.step + 2;
         args.extend([
-            ptr(dg.index),
+            Arg::ptr_of(dg.index),
             Arg::I32(i32::from(dg.index.dtype == DType::I64)),
             Arg::I64(dg.t as i64),
             Arg::I32(dg.d as i32),
