@@ -263,7 +263,15 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        let big_smem = ["k_attn", "k_attn_dec_mma", "k_gemv", "k_gemv16"];
+        // k_gemv16_rope too: a normalized K = 12288 stages 48 KB dynamically, which with its
+        // 160 static bytes is past the default limit
+        let big_smem = [
+            "k_attn",
+            "k_attn_dec_mma",
+            "k_gemv",
+            "k_gemv16",
+            "k_gemv16_rope",
+        ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
             .into_iter()

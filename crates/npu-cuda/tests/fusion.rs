@@ -447,11 +447,18 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
     else {
         return;
     };
-    let (h, kvh, d, k, t) = (HEADS, KV_HEADS, HEAD_DIM, 1536, 256);
+    let (h, kvh, d, t) = (HEADS, KV_HEADS, HEAD_DIM, 256);
     let n = (h + 2 * kvh) * d;
-    // the first slot, one inside the cache and the last
-    for (dt, pos) in [(DType::BF16, 100), (DType::BF16, 0), (DType::F16, 255)] {
-        let what = format!("{dt} pos {pos}");
+    // the first slot, one inside the cache and the last; the longest row the GEMV takes (its
+    // staged row and norm weight fill 48 KB: past the default shared-memory limit with the
+    // epilogue's static bytes)
+    for (dt, pos, k) in [
+        (DType::BF16, 100, 1536),
+        (DType::BF16, 0, 1536),
+        (DType::F16, 255, 1536),
+        (DType::BF16, 7, 12288),
+    ] {
+        let what = format!("{dt} pos {pos} k {k}");
         let p = qkv_rope_program(dt, k, t);
         let angle: Vec<f32> = (0..d)
             .map(|i| pos as f32 / 10f32.powf((i % (d / 2)) as f32 / 32.0))
@@ -490,6 +497,7 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
     }
     // a position past the cache or before it: the fused launch refuses the run, as the
     // index_copy steps do
+    let k = 1536;
     let p = qkv_rope_program(DType::BF16, k, t);
     for pos in [t as f32, -1.0] {
         let ins = inputs(
