@@ -113,6 +113,24 @@ pub(crate) fn library_source() -> String {
     .join("\n")
 }
 
+type FuncAttr = sys::CUfunction_attribute;
+
+fn func_attribute(f: Func, a: FuncAttr) -> Result<i32, cudarc::driver::DriverError> {
+    // SAFETY: a valid function handle (its module lives as long as the device); reads one
+    // attribute.
+    unsafe { result::function::get_function_attribute(f.0, a) }
+}
+
+/// `NPU_CUDA_SMEM_OPTIN`: bytes of shared memory a block may opt into at most, below what
+/// the GPU allows (unset, empty or not a number: no limit of ours).
+fn smem_optin_override() -> Option<u32> {
+    std::env::var("NPU_CUDA_SMEM_OPTIN")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A raw function handle; valid while its module (kept in `Device::modules`) lives.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Func(pub sys::CUfunction);
@@ -133,6 +151,11 @@ pub struct Device {
     pub(crate) sms: i32,
     /// L2 cache bytes.
     pub(crate) l2_bytes: u64,
+    /// Shared memory bytes a block may opt into (`NPU_CUDA_SMEM_OPTIN` lowers it, so that
+    /// tests on a large GPU plan and launch as on a smaller one).
+    pub(crate) smem_optin: u32,
+    /// Shared memory bytes an SM holds for its resident blocks.
+    pub(crate) smem_per_sm: u32,
     /// Kernels are launched as programmatic dependents of the one before them (compute
     /// capability 9.0 and later, unless `NPU_CUDA_PDL=0`): every kernel of ours starts with
     /// `pdl_enter()` (kernels/common.cuh), which waits for its predecessor before touching
@@ -236,6 +259,20 @@ impl Device {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
             .map_err(|e| CudaError::driver("L2 cache size", e))?
             .max(0) as u64;
+        let dev_attr = |a, what: &str| {
+            ctx.attribute(a)
+                .map(|v| v.max(0) as u32)
+                .map_err(|e| CudaError::driver(what.to_string(), e))
+        };
+        let smem_optin = dev_attr(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            "shared memory a block may opt into",
+        )?
+        .min(smem_optin_override().unwrap_or(u32::MAX));
+        let smem_per_sm = dev_attr(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+            "shared memory an SM holds",
+        )?;
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         lap("context", &mut phases);
         let mut dev = Device {
@@ -246,6 +283,8 @@ impl Device {
             arch,
             sms,
             l2_bytes,
+            smem_optin,
+            smem_per_sm,
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
@@ -263,8 +302,13 @@ impl Device {
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
-        // k_gemv16_rope too: a normalized K = 12288 stages 48 KB dynamically, which with its
-        // 160 static bytes is past the default limit
+        // The kernels whose dynamic shared memory may pass the default 48 KB a block (k_attn
+        // at head dim 256, k_attn_dec_mma's 69.8 KB of tiles, a GEMV row of up to 12288
+        // staged with its norm weight; k_gemv16_rope's 160 static bytes put its 48 KB past
+        // the default) opt into all the device allows besides their static bytes, no more:
+        // asking for a fixed size above it fails on GPUs with less (99 KB a block on
+        // consumer Ampere and Ada, 64 KB on Turing). Planners check each launch against the
+        // result (`smem_cap`).
         let big_smem = [
             "k_attn",
             "k_attn_dec_mma",
@@ -278,15 +322,19 @@ impl Device {
             .chain(instances.flat_map(|i| [i[1], i[2]]))
         {
             let f = dev.library[k];
+            let what = || format!("shared memory limit of {k}");
+            let fixed = func_attribute(f, FuncAttr::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+                .map_err(|e| CudaError::driver(what(), e))?;
+            let cap = dev.smem_optin.saturating_sub(fixed.max(0) as u32);
             // SAFETY: a valid function handle; opting into more dynamic shared memory.
             unsafe {
                 result::function::set_function_attribute(
                     f.0,
-                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    160 * 1024,
+                    FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    cap as i32,
                 )
             }
-            .map_err(|e| CudaError::driver(format!("shared memory limit of {k}"), e))?;
+            .map_err(|e| CudaError::driver(what(), e))?;
         }
         lap("kernel library", &mut phases);
         *dev.startup.get_mut().unwrap_or_else(|e| e.into_inner()) = phases;
@@ -425,6 +473,17 @@ impl Device {
             Some(i) => i.iter().any(|n| same(n)),
             None => same(name),
         }
+    }
+
+    /// The dynamic shared memory bytes a launch of `func` may ask for: what `Device::open`
+    /// opted the large kernels into, the default 48 KB less its static bytes for the others.
+    pub(crate) fn smem_cap(&self, func: Func) -> CudaResult<u32> {
+        func_attribute(
+            func,
+            FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        )
+        .map(|v| v.max(0) as u32)
+        .map_err(|e| CudaError::driver("reading a kernel's shared memory limit", e))
     }
 
     pub(crate) fn cu_stream(&self) -> sys::CUstream {

@@ -75,6 +75,35 @@ pub struct CudaExecutable {
     kernel_timing: bool,
 }
 
+/// Every planned kernel launch asks for no more dynamic shared memory than the device lets
+/// its kernel have (`Device::smem_cap`): a launch past it would fail at run time with the
+/// driver's bare "invalid argument", so preparing fails here, naming the step instead.
+fn check_shared_memory(dev: &Device, program: &Program, steps: &[Vec<Launch>]) -> Result<()> {
+    for (i, launches) in steps.iter().enumerate() {
+        for l in launches {
+            let Launch::Kernel(k) = l else { continue };
+            if k.smem == 0 {
+                continue;
+            }
+            let cap = dev.smem_cap(k.func)?;
+            if k.smem > cap {
+                let s = &program.steps[i];
+                let name = dev.func_name(k.func).unwrap_or("a generated kernel");
+                return Err(RuntimeError::Step {
+                    step: i,
+                    origin: s.origin.clone(),
+                    kernel: s.kernel.kind(),
+                    message: format!(
+                        "{name} needs {} bytes of shared memory a block; this GPU allows it {cap}",
+                        k.smem
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether cuBLASLt's candidates are timed with L2 flushed: a replay finds the weights in
 /// DRAM when they outgrow L2 (every run streams them through it), and a candidate timed
 /// against a warm L2 is chosen for bandwidth the run will not have. `NPU_CUDA_LT_COLD=0|1`
@@ -202,6 +231,7 @@ impl CudaExecutable {
             scratch_need = scratch_need.max(p.scratch);
             steps.push(p.launches);
         }
+        check_shared_memory(&dev, &program, &steps)?;
         // The steps' shared scratch, then the region kept across steps.
         let persist_off = align(LT_WORKSPACE + scratch_need);
         let scratch_bytes = persist_off + persist.into_inner().bytes;

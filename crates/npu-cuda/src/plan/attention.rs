@@ -25,10 +25,13 @@ const MQ_MAXD: usize = 128;
 const DM_KEYS: usize = 64;
 const DM_MAXT: usize = 1024;
 const DM_SMEM_BYTES: u32 = (4 * DM_KEYS * (MQ_MAXD + 8) * 2 + DM_MAXT / 8) as u32;
-/// Resident `k_attn_dec_mma` blocks per SM its shared memory allows (3 x 69.8 KB of 228 KB):
-/// the split is sized so the grid is one such wave (H100, Qwen2.5-1.5B decode at 32000 keys:
-/// 2.95 ms at this sizing, 2.98 / 3.12 for 2 / 1.5 blocks per SM, 3.19 for two waves).
+/// Resident `k_attn_dec_mma` blocks per SM at most (3 x 69.8 KB of an H100's 228 KB; its
+/// registers allow no more either): the split is sized so the grid is one wave of the blocks
+/// an SM's shared memory holds, up to this (H100, Qwen2.5-1.5B decode at 32000 keys: 2.95 ms
+/// at 3, 2.98 / 3.12 for 2 / 1.5 blocks per SM, 3.19 for two waves).
 const DM_BLOCKS_PER_SM: usize = 3;
+/// Shared memory the driver reserves per resident block (compute capability 8.0 and later).
+const SMEM_RESERVED_PER_BLOCK: usize = 1024;
 
 impl Planner<'_> {
     pub(super) fn attention(
@@ -194,10 +197,11 @@ impl Planner<'_> {
     }
 
     /// Decode attention on tensor cores (`k_attn_dec_mma`) over splits of whole 64-key tiles,
-    /// about one wave of `DM_BLOCKS_PER_SM` blocks per SM in all, then `k_attn_combine`. `None`
-    /// where it does not apply: q, K, V not 16-bit of one dtype, a head dim that is not a
-    /// multiple of 16 up to 128, q's rows not in 4-byte aligned pairs, compute capability
-    /// below 8.0 (`mma_operands`), or `NPU_CUDA_DEC_MMA=0`. The caller has checked one query
+    /// about one wave of resident blocks in all, then `k_attn_combine`. `None` where it does
+    /// not apply: q, K, V not 16-bit of one dtype, a head dim that is not a multiple of 16 up
+    /// to 128, q's rows not in 4-byte aligned pairs, compute capability below 8.0
+    /// (`mma_operands`), a block's tiles past the shared memory it may have, or
+    /// `NPU_CUDA_DEC_MMA=0`. The caller has checked one query
     /// row, at most 8 heads per KV head and a mask shared by them.
     fn attention_decode_mma(&self, scale: f32, ins: &[Binding], out: &Binding) -> Option<StepPlan> {
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
@@ -206,7 +210,14 @@ impl Planner<'_> {
         if !self.dev.dec_mma || !self.mma_operands(ins) {
             return None;
         }
-        let want = (DM_BLOCKS_PER_SM * self.dev.sms.max(1) as usize)
+        let func = self.f("k_attn_dec_mma");
+        if self.dev.smem_cap(func).ok()? < DM_SMEM_BYTES {
+            return None;
+        }
+        let per_sm = (self.dev.smem_per_sm as usize
+            / (DM_SMEM_BYTES as usize + SMEM_RESERVED_PER_BLOCK))
+            .clamp(1, DM_BLOCKS_PER_SM);
+        let want = (per_sm * self.dev.sms.max(1) as usize)
             .div_ceil(b * kvh)
             .max(1);
         let split_len =
@@ -217,7 +228,7 @@ impl Planner<'_> {
         let pre = self.cache_written_before(ins);
         let launches = vec![
             kl(
-                self.f("k_attn_dec_mma"),
+                func,
                 (nsplit as u32, (b * kvh) as u32, 1),
                 128,
                 DM_SMEM_BYTES,
