@@ -123,11 +123,11 @@ fn kernels_near_cpu(gpu: &CudaBackend, what: &str) -> Vec<&'static str> {
     x.library_kernels()
 }
 
-/// One decode attention step with head dim `d` in f32: the generic `k_attn`, whose tiles
-/// grow with d (74,880 bytes at 256).
+/// One decode attention step with head dim `d` in f32, eight query heads on one KV head: the
+/// generic `k_attn` with a warp a head, whose tiles grow with d (74,880 bytes at 256).
 fn wide_head_attention(d: usize) -> Program {
     let dt = DType::F32;
-    let (q, cache) = ([1, 4, 1, d], [1, 4, 64, d]);
+    let (q, cache) = ([1, 8, 1, d], [1, 1, 64, d]);
     let dense = |slot, shape: &[usize]| bind(slot, 0, shape, &dense_strides(shape), dt);
     Program {
         model_name: format!("attention with head dim {d}"),
