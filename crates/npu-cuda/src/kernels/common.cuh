@@ -34,8 +34,10 @@ struct TD {
 // reads or writes memory that the one before it is still using.
 __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  // exp-early: the next grid may be scheduled as soon as every block of this one has
+  // started, before this one's wait (its blocks then wait for this grid to complete)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
