@@ -624,10 +624,11 @@ mod tests {
                 body = body.split_once(';').map_or("", |(_, b)| b).trim_start();
             }
             // k_attn_dec_mma waits later where the planner proved its early reads safe
-            // (`Planner::cache_written_before`): `if (!pre) pdl_enter();` and, in its body,
-            // `if (pre) pdl_enter();` after the staging of its first tile.
+            // (`Planner::cache_written_before`): `if (!pre) pdl_wait();` and, in its body,
+            // `if (pre) pdl_wait();` after the staging of its first tile (it waits without
+            // triggering its dependents; kernels/attention.cu says why).
             let late =
-                head.contains(" k_attn_dec_mma(") && body.starts_with("if (!pre) pdl_enter();");
+                head.contains(" k_attn_dec_mma(") && body.starts_with("if (!pre) pdl_wait();");
             if !body.starts_with("pdl_enter();") && !late {
                 missing.push(name.to_string());
             }
