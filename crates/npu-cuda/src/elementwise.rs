@@ -15,7 +15,13 @@ use std::fmt::Write;
 /// The shared device header: `kernels/common.cuh` plus `apply_unary(code, x)`, the
 /// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
 pub(crate) fn common_source() -> String {
-    let mut s = String::from(include_str!("kernels/common.cuh"));
+    let trig = match std::env::var("NPU_CUDA_X_TRIG").as_deref() {
+        Ok("gemv") => "#define NPU_X_TRIG 1\n",
+        Ok("exit") => "#define NPU_X_TRIG 2\n",
+        _ => "#define NPU_X_TRIG 0\n",
+    };
+    let mut s = String::from(trig);
+    s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",
     );

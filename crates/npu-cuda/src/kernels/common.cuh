@@ -32,12 +32,27 @@ struct TD {
 // kernel's tail instead of following it; without the attribute both instructions are no-ops.
 // The wait comes before any global memory access (L2 prefetches aside, below), so no kernel
 // reads or writes memory that the one before it is still using.
-__device__ __forceinline__ void pdl_enter() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+// exp-trig: NPU_X_TRIG 1: k_gemv16 triggers when its block's last column group has streamed
+// its weights; 2: no kernel triggers (the next grid is scheduled as this one's blocks exit).
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && NPU_X_TRIG != 2
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
+}
+#if NPU_X_TRIG == 1
+#define GV_PDL_ENTER pdl_wait
+#else
+#define GV_PDL_ENTER pdl_enter
+#endif
 
 // L2 eviction policies (sm_80 and later) for the `.L2::cache_hint` forms of copies and
 // prefetches: every line the instruction brings in gets that priority. Made once per caller,

@@ -459,6 +459,9 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       if (v0 >= nv) break;
       gv_load(w, row, v0, nv);
     }
+#if NPU_X_TRIG == 1
+    if ((g + gridDim.x) * gw >= N) pdl_trigger();
+#endif
     if ((g + gridDim.x) * gw < N) {
       row = row_of(g + gridDim.x);
       gv_load(w, row, lane, nv);
@@ -498,17 +501,17 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
 #define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
 extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  GV_PDL_ENTER();
   gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  GV_PDL_ENTER();
   gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  GV_PDL_ENTER();
   gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
 }
 
@@ -524,17 +527,17 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
          rows1, step_k, step_v, hh, err}
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  GV_PDL_ENTER();
   gemv16_body<-1, true>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  GV_PDL_ENTER();
   gemv16_body<DT_BF16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  GV_PDL_ENTER();
   gemv16_body<DT_F16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 
