@@ -15,7 +15,13 @@ use std::fmt::Write;
 /// The shared device header: `kernels/common.cuh` plus `apply_unary(code, x)`, the
 /// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
 pub(crate) fn common_source() -> String {
-    let mut s = String::from(include_str!("kernels/common.cuh"));
+    let atrig = match std::env::var("NPU_CUDA_X_ATRIG").as_deref() {
+        Ok("exit") => "#define NPU_X_ATRIG 1\n",
+        Ok("late") => "#define NPU_X_ATRIG 2\n",
+        _ => "#define NPU_X_ATRIG 0\n",
+    };
+    let mut s = String::from(atrig);
+    s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",
     );

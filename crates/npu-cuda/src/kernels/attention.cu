@@ -1076,7 +1076,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   // before the wait too. After the wait, q and row p of the staged tile again, their loads in
   // flight together (one round trip; the position's load before them made two).
   const i64 p = !pre ? 0 : pos.dt == DT_I64 ? *(const long long*)pos.ptr : ldi_dt_cold(pos.ptr, pos.dt, 0);
-  if (pre) pdl_enter();
+  if (pre) DM_PDL_ENTER();
   // Q^T of head g as B fragments (heads past the group zero): dims kc * 16 + tq * 2 (+ 1), + 8
   unsigned qb[MQ_MAXD / 16][2];
   const bool qrow = g < group;
@@ -1214,6 +1214,9 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
     cur = nxt;
   }
   __syncthreads();  // every warp is done with its stages: the merge below reuses their space
+#if NPU_X_ATRIG == 2
+  pdl_trigger();
+#endif
 #pragma unroll
   for (int h2 = 0; h2 < 2; ++h2) {
     l2[h2] += __shfl_xor_sync(0xffffffffu, l2[h2], 4);
@@ -1281,7 +1284,7 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, 
                                                                  int nsplit, float* part, TD pos, int pre) {
   prefetch_l2_attn_rows(k, split_len, DEC_MMA_PF_BYTES);
   prefetch_l2_attn_rows(v, split_len, DEC_MMA_PF_BYTES);
-  if (!pre) pdl_enter();
+  if (!pre) DM_PDL_ENTER();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char dm_smem[];
   if (q.dt == DT_BF16) {

@@ -32,12 +32,27 @@ struct TD {
 // kernel's tail instead of following it; without the attribute both instructions are no-ops.
 // The wait comes before any global memory access (L2 prefetches aside, below), so no kernel
 // reads or writes memory that the one before it is still using.
-__device__ __forceinline__ void pdl_enter() {
+__device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
+}
+// exp-atrig: NPU_X_ATRIG 1: k_attn_dec_mma does not trigger (its dependents are scheduled as
+// its blocks exit); 2: it triggers after its tile loop, before the merge
+#if NPU_X_ATRIG == 0
+#define DM_PDL_ENTER pdl_enter
+#else
+#define DM_PDL_ENTER pdl_wait
+#endif
 
 // L2 eviction policies (sm_80 and later) for the `.L2::cache_hint` forms of copies and
 // prefetches: every line the instruction brings in gets that priority. Made once per caller,
