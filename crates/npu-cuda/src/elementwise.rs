@@ -15,7 +15,15 @@ use std::fmt::Write;
 /// The shared device header: `kernels/common.cuh` plus `apply_unary(code, x)`, the
 /// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
 pub(crate) fn common_source() -> String {
-    let mut s = String::from(include_str!("kernels/common.cuh"));
+    let gvt = match std::env::var("NPU_CUDA_X_GVT").as_deref() {
+        Ok("down") => "#define NPU_X_GVT 1\n",
+        Ok("wide") => "#define NPU_X_GVT 2\n",
+        Ok("narrow") => "#define NPU_X_GVT 3\n",
+        Ok("comb") => "#define NPU_X_GVT 4\n",
+        _ => "#define NPU_X_GVT 0\n",
+    };
+    let mut s = String::from(gvt);
+    s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",
     );

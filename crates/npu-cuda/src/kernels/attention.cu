@@ -632,7 +632,12 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_mma(TD q, TD k, TD v, T
 #define CMAX 1024
 #define CW 8
 extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* part, int nsplit, TD out) {
+  
+#if NPU_X_GVT == 4
+  pdl_wait();
+#else
   pdl_enter();
+#endif
   __shared__ float wsh[CMAX];
   __shared__ float sums[CW][32];
   const int D = (int)out.sh[3];

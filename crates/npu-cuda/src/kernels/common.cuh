@@ -41,12 +41,22 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void pdl_enter() {
-  pdl_wait();
+__device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
+}
+// exp-gvt: NPU_X_GVT 1 / 2 / 3: k_gemv16 does not trigger for K >= 4096 (down) / N x batches
+// >= 8192 (gate/up, LM head) / the rest (q/k/v, o); 4: k_attn_combine does not trigger
+#if NPU_X_GVT == 0
+#define GV_ENTER pdl_enter
+#else
+#define GV_ENTER pdl_wait
+#endif
 
 // L2 eviction policies (sm_80 and later) for the `.L2::cache_hint` forms of copies and
 // prefetches: every line the instruction brings in gets that priority. Made once per caller,

@@ -372,6 +372,15 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   unsigned short* as16 = (unsigned short*)as4;
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
+#if NPU_X_GVT >= 1 && NPU_X_GVT <= 3
+  {
+    const i64 nt = N * gridDim.y;
+    const bool skip = NPU_X_GVT == 1 ? K >= 4096 : NPU_X_GVT == 2 ? nt >= 8192 : (nt < 8192 && K < 4096);
+    if (!skip) pdl_trigger();
+  }
+#elif NPU_X_GVT == 4
+  pdl_trigger();
+#endif
   i64 batch = blockIdx.y;
   i64 ao = offset_lead(a, r - 2, batch), bo = offset_lead(b, r - 2, batch);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -498,17 +507,17 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
 #define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
 extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  GV_ENTER();
   gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  GV_ENTER();
   gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  GV_ENTER();
   gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
 }
 
@@ -524,17 +533,17 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
          rows1, step_k, step_v, hh, err}
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  GV_ENTER();
   gemv16_body<-1, true>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  GV_ENTER();
   gemv16_body<DT_BF16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  GV_ENTER();
   gemv16_body<DT_F16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 
