@@ -1277,9 +1277,10 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
 #define DEC_MMA_PF_BYTES 16384
 // At least three blocks an SM, as its shared memory allows (138 registers, no spills).
 // pdl_wait, not pdl_enter: the combine after it is scheduled as its blocks exit, not beside
-// them; the combine's waiting blocks slowed its tile loop (Qwen2.5-1.5B decode on an H200,
-// exp-atrig: 1.8220 -> 1.7772 ms a step at 32000 of 32768, -0.001 / -0.002 at 1000 / 128;
-// triggering after the tile loop instead: +0.001 at 32000, -0.003 / -0.007).
+// them (Qwen2.5-1.5B decode on an H200, exp-atrig: 1.8220 -> 1.7772 ms a step at 32000 of
+// 32768, -0.001 / -0.002 at 1000 / 128). Measured, not explained: triggering after the tile
+// loop instead gained nothing at 32000 (+0.001; -0.003 / -0.007), so what the early combine
+// blocks cost is not the tile loop's time.
 extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
                                                                  float scale, int group, i64 split_len,
                                                                  int nsplit, float* part, TD pos, int pre) {
