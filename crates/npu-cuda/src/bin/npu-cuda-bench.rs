@@ -278,6 +278,12 @@ fn cmd_decode_at(a: &bench::Args) -> Res<String> {
         ));
         last = Some(io);
     }
+    if std::env::var("NPU_CUDA_X_TL").is_ok_and(|v| v == "1") {
+        if let Some(io) = &last {
+            let ins: Vec<(&str, &HostTensor)> = io.iter().map(|(k, t)| (k.as_str(), t)).collect();
+            write_timeline(&mut x, &ins, st.as_mut())?;
+        }
+    }
     let graph = x.graph_ready();
     let prof = match &last {
         Some(io) => {
@@ -291,6 +297,49 @@ fn cmd_decode_at(a: &bench::Args) -> Res<String> {
         b.describe(),
         out.join(",")
     ))
+}
+
+/// exp-tl: the per-block timestamps of three graph replays (`NPU_CUDA_X_TL=1` when the device
+/// opened) as JSON into `NPU_CUDA_X_TL_OUT` (default /tmp/npu-tl.json): the steps' launches in
+/// order (name, blocks), then per replay its records [grid, t0, t1, t2, block, smid, blocks].
+fn write_timeline(
+    x: &mut CudaExecutable,
+    ins: &[(&str, &HostTensor)],
+    st: &mut dyn npu_runtime::DeviceState,
+) -> Res<()> {
+    let path = std::env::var("NPU_CUDA_X_TL_OUT").unwrap_or_else(|_| "/tmp/npu-tl.json".into());
+    x.set_kernel_timing(false);
+    for _ in 0..3 {
+        run(x, ins, st)?;
+    }
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        npu_cuda::timeline::reset()?;
+        run(x, ins, st)?;
+        let recs = npu_cuda::timeline::take()?;
+        let rows: Vec<String> = recs
+            .iter()
+            .map(|r| {
+                format!(
+                    "[{},{},{},{},{},{},{}]",
+                    r.grid, r.t0, r.t1, r.t2, r.block, r.smid, r.nblocks
+                )
+            })
+            .collect();
+        runs.push(format!("[{}]", rows.join(",")));
+    }
+    let launches: Vec<String> = x
+        .launch_list()
+        .iter()
+        .map(|(n, b)| format!("[{n:?},{b}]"))
+        .collect();
+    let json = format!(
+        "{{\"graph\":{},\"launches\":[{}],\"runs\":[{}]}}\n",
+        x.graph_ready(),
+        launches.join(","),
+        runs.join(",")
+    );
+    std::fs::write(&path, json).map_err(|e| format!("{path}: {e}"))
 }
 
 fn main() -> ExitCode {
