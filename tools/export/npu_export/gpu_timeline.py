@@ -65,7 +65,7 @@ def align(grids: list[Grid], launches: list[tuple[str, int]]) -> int:
     """The offset of the steps' first launch among the grids (the graph may start with kernels
     of its own), chosen where the most block counts agree."""
     best, best_hits = 0, -1
-    for off in range(0, max(1, len(grids) - len(launches) + 1)):
+    for off in range(16):
         hits = sum(
             1 for i, (_, b) in enumerate(launches) if off + i < len(grids) and grids[off + i].blocks == b
         )

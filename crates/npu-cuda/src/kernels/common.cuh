@@ -51,8 +51,8 @@ __device__ __forceinline__ void pdl_trigger_raw() {
 struct NpuTlRec {
   unsigned long long grid, t0, t1, t2;
   unsigned block, smid, nblocks, pad0;
-  unsigned long long pad1;
 };
+static_assert(sizeof(NpuTlRec) == 48, "timeline.rs reads 48-byte records");
 __shared__ NpuTlRec* npu_tl_slot;
 __device__ __forceinline__ unsigned long long npu_tl_now() {
   unsigned long long t;
