@@ -252,18 +252,19 @@ impl Device {
         let arch = ctx
             .compute_capability()
             .map_err(|e| CudaError::driver("compute capability", e))?;
-        let sms = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|e| CudaError::driver("SM count", e))?;
-        let l2_bytes = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
-            .map_err(|e| CudaError::driver("L2 cache size", e))?
-            .max(0) as u64;
         let dev_attr = |a, what: &str| {
             ctx.attribute(a)
                 .map(|v| v.max(0) as u32)
                 .map_err(|e| CudaError::driver(what.to_string(), e))
         };
+        let sms = dev_attr(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            "SM count",
+        )? as i32;
+        let l2_bytes = u64::from(dev_attr(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+            "L2 cache size",
+        )?);
         let smem_optin = dev_attr(
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             "shared memory a block may opt into",

@@ -28,9 +28,10 @@ struct TD {
 // Programmatic dependent launch (sm_90 and later). Every kernel calls pdl_enter() as its first
 // statement: it waits until the grid before it in the stream has completed and its writes are
 // visible, and only then lets the next grid's blocks be scheduled (k_attn_dec_mma calls
-// pdl_wait(), which waits the same but leaves the next grid to be scheduled as its blocks exit). With the launches made
-// programmatic (device.rs, `Device::pdl`), a kernel's launch and block ramp overlap the previous
-// kernel's tail instead of following it; without the attribute both instructions are no-ops.
+// pdl_wait(), which waits the same but leaves the next grid to be scheduled as its blocks
+// exit). With the launches made programmatic (device.rs, `Device::pdl`), a kernel's launch
+// and block ramp overlap the previous kernel's tail instead of following it; without the
+// attribute both instructions are no-ops.
 // The wait comes before any global memory access (L2 prefetches aside, below), so no kernel
 // reads or writes memory that the one before it is still using. Where the trigger sits was
 // measured (Qwen2.5-1.5B decode, H200, nineteenth session): before the wait +0.10 ms a step,
