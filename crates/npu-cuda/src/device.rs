@@ -337,6 +337,31 @@ impl Device {
             }
             .map_err(|e| CudaError::driver(what(), e))?;
         }
+        // The GEMVs prefer the largest shared-memory carveout. An SM's split between L1 and
+        // shared memory changes only when it has drained, and in a decode step the q/k/v GEMV
+        // (which runs the RoPE / cache group) is followed by the attention's 69.8 KB blocks:
+        // under a GEMV's small default carveout they waited for the GEMV's blocks to leave,
+        // and their pre-wait reads ran on the critical path (attention 4.1 -> 6.5 us a layer,
+        // twentieth session's timeline). The GEMVs stream their weights past L1, and an SM's
+        // carveout is what the blocks already on it chose, so every GEMV kind prefers it, not
+        // the q/k/v one alone. `NPU_CUDA_GEMV_CARVEOUT=0` leaves the driver's choice.
+        if std::env::var("NPU_CUDA_GEMV_CARVEOUT").map_or(true, |v| v != "0") {
+            let gemvs = dev
+                .library
+                .iter()
+                .filter(|(k, _)| k.starts_with("k_gemv16"));
+            for (k, f) in gemvs {
+                // SAFETY: a valid function handle; a scheduling preference only.
+                unsafe {
+                    result::function::set_function_attribute(
+                        f.0,
+                        FuncAttr::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                        100,
+                    )
+                }
+                .map_err(|e| CudaError::driver(format!("shared-memory carveout of {k}"), e))?;
+            }
+        }
         lap("kernel library", &mut phases);
         *dev.startup.get_mut().unwrap_or_else(|e| e.into_inner()) = phases;
         Ok(Arc::new(dev))
