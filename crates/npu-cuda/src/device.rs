@@ -356,7 +356,10 @@ impl Device {
                     result::function::set_function_attribute(
                         f.0,
                         FuncAttr::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                        100,
+                        std::env::var("NPU_CUDA_X_CARVE_PCT")
+                            .ok()
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(100),
                     )
                 }
                 .map_err(|e| CudaError::driver(format!("shared-memory carveout of {k}"), e))?;
