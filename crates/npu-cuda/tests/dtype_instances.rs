@@ -6,6 +6,8 @@
 //! environment variable, read when a device opens, so no other test may open one
 //! concurrently. The CPU half runs everywhere; the comparison skips where there is no device.
 
+// Each test binary uses a part of the shared helpers.
+#[allow(dead_code)]
 mod common;
 
 use common::{

@@ -8,8 +8,8 @@
 mod common;
 
 use common::{
-    assert_near_cpu, bind, device_or_skip, inputs, io, rope_cache_group, rope_cache_steps, run,
-    values, HEADS, HEAD_DIM, KV_HEADS,
+    assert_near_cpu, bind, device_or_skip, inputs, inputs_vec, io, rope_cache_group,
+    rope_cache_steps, run, values, HEADS, HEAD_DIM, KV_HEADS,
 };
 use npu_cuda::CudaBackend;
 use npu_ir::DType;
@@ -327,8 +327,10 @@ fn decode_attention_reads_early_what_the_cache_group_leaves() {
 /// A decode layer's q/k/v projection (RMSNorm prologue, bias) into one arena row of `k`-long
 /// products, then the RoPE / cache group reading that row as Qwen's decode program does (its
 /// query, key and value rows as views; the caches copied into the arena first), then copies of
-/// everything the two wrote: rope(q), both caches and the row itself.
-fn qkv_rope_program(dt: DType, k: usize, t: usize) -> Program {
+/// everything the two wrote: rope(q), both caches and the row itself. `after_residual`: the
+/// projection's input is the arena row a residual GEMV (`h` @ `wd` + `x`, the previous
+/// layer's down projection) writes just before it, as in every layer but the first.
+fn qkv_rope_program(dt: DType, k: usize, t: usize, after_residual: bool) -> Program {
     let (h, kvh, d) = (HEADS, KV_HEADS, HEAD_DIM);
     let n = (h + 2 * kvh) * d;
     let esz = dt.size_bytes();
@@ -358,21 +360,47 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize) -> Program {
         origin: "fusion test".into(),
     };
     let copy = |from: Binding, to: Binding| step(Kernel::Copy, vec![from], vec![to]);
+    // the residual GEMV's output row after rope(k), and its inner dim
+    let (xo, kd) = (ko + kvh * d * esz, 256);
+    let down = step(
+        Kernel::Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            act: None,
+            residual: true,
+            norm: None,
+        },
+        vec![
+            dense(Slot::Input(9), 0, &[1, kd]),
+            bind(Slot::Input(10), 0, &[kd, k], &[1, kd], dt),
+            dense(Slot::Input(0), 0, &[1, k]),
+        ],
+        vec![dense(Slot::Arena, xo, &[1, k])],
+    );
+    let x = if after_residual {
+        dense(Slot::Arena, xo, &[1, k])
+    } else {
+        dense(Slot::Input(0), 0, &[1, k])
+    };
+    let mut ios = vec![
+        io("x", &[1, k], dt),
+        io("w", &[n, k], dt),
+        io("bias", &[1, n], dt),
+        io("cos", &[1, 1, 1, d], dt),
+        io("sin", &[1, 1, 1, d], dt),
+        io("nw", &[k], dt),
+        io("pos", &[1], DType::I64),
+        io("k_cache", &cache, dt),
+        io("v_cache", &cache, dt),
+    ];
+    if after_residual {
+        ios.extend([io("h", &[1, kd], dt), io("wd", &[k, kd], dt)]);
+    }
     Program {
         model_name: "q/k/v projection + rope + cache writes".into(),
         target: "gpu".into(),
         compute_dtype: dt,
-        inputs: vec![
-            io("x", &[1, k], dt),
-            io("w", &[n, k], dt),
-            io("bias", &[1, n], dt),
-            io("cos", &[1, 1, 1, d], dt),
-            io("sin", &[1, 1, 1, d], dt),
-            io("nw", &[k], dt),
-            io("pos", &[1], DType::I64),
-            io("k_cache", &cache, dt),
-            io("v_cache", &cache, dt),
-        ],
+        inputs: ios,
         outputs: vec![
             io("q_rot", &q, dt),
             io("k_cache_out", &cache, dt),
@@ -382,7 +410,7 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize) -> Program {
         sources: Vec::new(),
         weights: Vec::new(),
         constants: Vec::new(),
-        arena_bytes: (ko + kvh * d * esz) as u64,
+        arena_bytes: (xo + k * esz) as u64,
         steps: vec![
             copy(
                 dense(Slot::Input(7), 0, &cache),
@@ -392,24 +420,25 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize) -> Program {
                 dense(Slot::Input(8), 0, &cache),
                 dense(Slot::Arena, vc, &cache),
             ),
-            step(
-                Kernel::Gemm {
-                    alpha: 1.0,
-                    beta: 1.0,
-                    act: None,
-                    residual: false,
-                    norm: Some(1e-6),
-                },
-                vec![
-                    dense(Slot::Input(0), 0, &[1, k]),
-                    bind(Slot::Input(1), 0, &[k, n], &[1, k], dt),
-                    dense(Slot::Input(2), 0, &[1, n]),
-                    dense(Slot::Input(5), 0, &[k]),
-                ],
-                vec![dense(Slot::Arena, 0, &[1, n])],
-            ),
         ]
         .into_iter()
+        .chain(after_residual.then_some(down))
+        .chain([step(
+            Kernel::Gemm {
+                alpha: 1.0,
+                beta: 1.0,
+                act: None,
+                residual: false,
+                norm: Some(1e-6),
+            },
+            vec![
+                x,
+                bind(Slot::Input(1), 0, &[k, n], &[1, k], dt),
+                dense(Slot::Input(2), 0, &[1, n]),
+                dense(Slot::Input(5), 0, &[k]),
+            ],
+            vec![dense(Slot::Arena, 0, &[1, n])],
+        )])
         .chain(rope_cache_steps(
             [view(0, h), view(h, kvh), view(h + kvh, kvh)],
             [qcos, qsin, kcos, ksin],
@@ -452,31 +481,37 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
     // the first slot, one inside the cache and the last; the longest row the GEMV takes (its
     // staged row and norm weight fill 48 KB: past the default shared-memory limit with the
     // epilogue's static bytes)
-    for (dt, pos, k) in [
-        (DType::BF16, 100, 1536),
-        (DType::BF16, 0, 1536),
-        (DType::F16, 255, 1536),
-        (DType::BF16, 7, 12288),
+    // and after a residual GEMV, as in every decoder layer but the first (an earlier planner
+    // took the residual GEMV and the normalized one as a pair, unfused, and so never offered
+    // the second to this fusion)
+    for (dt, pos, k, after_residual) in [
+        (DType::BF16, 100, 1536, false),
+        (DType::BF16, 0, 1536, false),
+        (DType::F16, 255, 1536, false),
+        (DType::BF16, 7, 12288, false),
+        (DType::BF16, 100, 1536, true),
+        (DType::F16, 31, 1536, true),
     ] {
-        let what = format!("{dt} pos {pos} k {k}");
-        let p = qkv_rope_program(dt, k, t);
+        let what = format!("{dt} pos {pos} k {k} after a residual GEMV {after_residual}");
+        let p = qkv_rope_program(dt, k, t, after_residual);
         let angle: Vec<f32> = (0..d)
             .map(|i| pos as f32 / 10f32.powf((i % (d / 2)) as f32 / 32.0))
             .collect();
-        let ins = inputs(
-            &p,
-            [
-                ("x", values(k, 1, 4.0)),
-                ("w", values(n * k, 2, 0.2)),
-                ("bias", values(n, 3, 2.0)),
-                ("cos", angle.iter().map(|a| a.cos()).collect()),
-                ("sin", angle.iter().map(|a| a.sin()).collect()),
-                ("nw", values(k, 4, 2.0)),
-                ("pos", vec![pos as f32]),
-                ("k_cache", values(kvh * t * d, 5, 2.0)),
-                ("v_cache", values(kvh * t * d, 6, 2.0)),
-            ],
-        );
+        let mut vals = vec![
+            ("x", values(k, 1, 4.0)),
+            ("w", values(n * k, 2, 0.2)),
+            ("bias", values(n, 3, 2.0)),
+            ("cos", angle.iter().map(|a| a.cos()).collect()),
+            ("sin", angle.iter().map(|a| a.sin()).collect()),
+            ("nw", values(k, 4, 2.0)),
+            ("pos", vec![pos as f32]),
+            ("k_cache", values(kvh * t * d, 5, 2.0)),
+            ("v_cache", values(kvh * t * d, 6, 2.0)),
+        ];
+        if after_residual {
+            vals.extend([("h", values(256, 7, 2.0)), ("wd", values(k * 256, 8, 0.2))]);
+        }
+        let ins = inputs_vec(&p, vals);
         // the planner took the fused kernel, and only without the switch
         let kernels = |fuse: Option<&str>| {
             match fuse {
@@ -498,7 +533,7 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
     // a position past the cache or before it: the fused launch refuses the run, as the
     // index_copy steps do
     let k = 1536;
-    let p = qkv_rope_program(DType::BF16, k, t);
+    let p = qkv_rope_program(DType::BF16, k, t, false);
     for pos in [t as f32, -1.0] {
         let ins = inputs(
             &p,

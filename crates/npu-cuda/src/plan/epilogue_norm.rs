@@ -44,9 +44,12 @@ fn rows16(t: &TdArg) -> bool {
 
 impl Planner<'_> {
     /// The plans of `steps[0]` and `steps[1]` where the second is a normalized GEMM reading
-    /// the first's output, with the first's epilogue and the second's RMSNorm fused where
-    /// their launches allow; None for other steps, or where either fails to plan (the caller
-    /// plans them one at a time, and reports the failure).
+    /// the first's output and their launches allow the first's epilogue and the second's
+    /// RMSNorm in one; None for other steps, where they do not fuse, or where either fails to
+    /// plan (the caller plans them one at a time, and reports a failure). Unfused pairs are
+    /// not claimed: step two may open a group of its own (a decode layer's q/k/v GEMV and the
+    /// RoPE / cache group in one `k_gemv16_rope`), which claiming the pair hid in every layer
+    /// after the first until the nineteenth session's timeline showed it.
     pub(crate) fn epilogue_norm(&self, steps: &[Step]) -> Option<[StepPlan; 2]> {
         if std::env::var("NPU_CUDA_FUSE_NORM").is_ok_and(|v| v == "0") {
             return None;
@@ -70,11 +73,9 @@ impl Planner<'_> {
             ..*self
         };
         let mut p1 = next.plan(s1).ok()?;
-        // planned either way: the caller keeps these plans rather than planning again
-        if let Some(fused) = self.fused(&p0, &p1) {
-            p0.launches.pop();
-            p1.launches[0] = fused;
-        }
+        let fused = self.fused(&p0, &p1)?;
+        p0.launches.pop();
+        p1.launches[0] = fused;
         Some([p0, p1])
     }
 

@@ -66,10 +66,20 @@ pub fn inputs<const N: usize>(
     p: &Program,
     values: [(&'static str, Vec<f32>); N],
 ) -> [(&'static str, HostTensor); N] {
-    values.map(|(n, v)| {
-        let t = p.inputs.iter().find(|t| t.name == n).expect("input");
-        (n, HostTensor::from_f32_as(t.dtype, t.shape.clone(), &v))
-    })
+    values.map(|(n, v)| input(p, n, &v))
+}
+
+/// `inputs` for a list whose length varies by case.
+pub fn inputs_vec(
+    p: &Program,
+    values: Vec<(&'static str, Vec<f32>)>,
+) -> Vec<(&'static str, HostTensor)> {
+    values.into_iter().map(|(n, v)| input(p, n, &v)).collect()
+}
+
+fn input(p: &Program, name: &'static str, v: &[f32]) -> (&'static str, HostTensor) {
+    let t = p.inputs.iter().find(|t| t.name == name).expect("input");
+    (name, HostTensor::from_f32_as(t.dtype, t.shape.clone(), v))
 }
 
 /// Every output within 2% of the largest value of the CPU backend's (five bf16 steps): the
