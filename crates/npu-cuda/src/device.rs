@@ -338,6 +338,29 @@ impl Device {
             }
             .map_err(|e| CudaError::driver(what(), e))?;
         }
+        // exp-carve (diagnostic, not for main): NPU_CUDA_X_CARVE=rope|gemv|lib sets the
+        // preferred shared-memory carveout to its maximum for k_gemv16_rope, every k_gemv16
+        // kind, or every library kernel, so that an SM running them can take the decode
+        // attention's 69.8 KB blocks beside them without draining to reconfigure.
+        if let Ok(which) = std::env::var("NPU_CUDA_X_CARVE") {
+            let pick = |k: &str| match which.as_str() {
+                "rope" => k.starts_with("k_gemv16_rope"),
+                "gemv" => k.starts_with("k_gemv16"),
+                "lib" => true,
+                _ => false,
+            };
+            for (k, f) in dev.library.iter().filter(|(k, _)| pick(k)) {
+                // SAFETY: a valid function handle; a scheduling preference only.
+                unsafe {
+                    result::function::set_function_attribute(
+                        f.0,
+                        FuncAttr::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                        100,
+                    )
+                }
+                .map_err(|e| CudaError::driver(format!("carveout of {k}"), e))?;
+            }
+        }
         lap("kernel library", &mut phases);
         *dev.startup.get_mut().unwrap_or_else(|e| e.into_inner()) = phases;
         Ok(Arc::new(dev))
