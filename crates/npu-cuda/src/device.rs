@@ -40,6 +40,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_im2col",
     "k_gemv",
     "k_gemv16",
+    "k_gemv16_wide",
     "k_gemv16_rope",
     "k_im2col2",
     "k_im2col8",
@@ -67,6 +68,7 @@ pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
     ],
     ["k_rms_norm", "k_rms_norm_bf16", "k_rms_norm_f16"],
     ["k_gemv16", "k_gemv16_bf16", "k_gemv16_f16"],
+    ["k_gemv16_wide", "k_gemv16_wide_bf16", "k_gemv16_wide_f16"],
     ["k_gemv16_rope", "k_gemv16_rope_bf16", "k_gemv16_rope_f16"],
     [
         "k_epilogue_rms",
@@ -315,6 +317,7 @@ impl Device {
             "k_attn_dec_mma",
             "k_gemv",
             "k_gemv16",
+            "k_gemv16_wide",
             "k_gemv16_rope",
         ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
@@ -349,7 +352,7 @@ impl Device {
             let gemvs = dev
                 .library
                 .iter()
-                .filter(|(k, _)| k.starts_with("k_gemv16"));
+                .filter(|(k, _)| k.starts_with("k_gemv16") && !k.starts_with("k_gemv16_wide"));
             for (k, f) in gemvs {
                 // SAFETY: a valid function handle; a scheduling preference only.
                 unsafe {

@@ -512,6 +512,24 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
 }
 
+// exp-wide (diagnostic): k_gemv16 under another name, for the GEMVs that fill every SM
+// (four blocks an SM): it keeps the driver's carveout where k_gemv16 prefers the largest.
+extern "C" __global__ void __maxnreg__(64) k_gemv16_wide(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
+}
+extern "C" __global__ void __maxnreg__(64) k_gemv16_wide_bf16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
+}
+extern "C" __global__ void __maxnreg__(64) k_gemv16_wide_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
+}
+
 // k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch
 // fewer a layer. Its parameters past k_gemv16's are GvRope's fields in order.
 #define GV_ROPE_PARAMS                                                                                        \

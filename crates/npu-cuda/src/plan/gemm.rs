@@ -180,6 +180,11 @@ impl Planner<'_> {
                 groups
             };
             // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16)
+            // exp-wide: GEMVs at four blocks an SM keep the driver's carveout
+            let wide = raw16
+                && blocks >= GEMV16_BLOCKS_PER_SM * sms
+                && std::env::var("NPU_CUDA_X_WIDE").map_or(true, |v| v != "0");
+            let name = if wide { "k_gemv16_wide" } else { name };
             let func = if raw16 {
                 self.f_dt(name, &[dtype_code(a_dtype), dtype_code(b_dtype)])
             } else {
