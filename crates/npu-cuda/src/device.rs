@@ -342,9 +342,13 @@ impl Device {
         // (which runs the RoPE / cache group) is followed by the attention's 69.8 KB blocks:
         // under a GEMV's small default carveout they waited for the GEMV's blocks to leave,
         // and their pre-wait reads ran on the critical path (attention 4.1 -> 6.5 us a layer,
-        // twentieth session's timeline). The GEMVs stream their weights past L1, and an SM's
-        // carveout is what the blocks already on it chose, so every GEMV kind prefers it, not
-        // the q/k/v one alone. `NPU_CUDA_GEMV_CARVEOUT=0` leaves the driver's choice.
+        // twentieth session's timeline, docs/cuda.md). An SM's carveout is what the blocks
+        // already on it chose, and the q/k/v GEMV's blocks land beside the down GEMV's, so
+        // every GEMV kind prefers it, not the q/k/v one alone (gate/up's launch pays a little
+        // for the smaller L1, yet the step was slower without its preference: exp-wide).
+        // Only the largest: below it the attention's blocks, whose kernel wants 228 KB for
+        // three an SM, waited as before (exp-cpct). `NPU_CUDA_GEMV_CARVEOUT=0` leaves the
+        // driver's choice.
         if std::env::var("NPU_CUDA_GEMV_CARVEOUT").map_or(true, |v| v != "0") {
             let gemvs = dev
                 .library
