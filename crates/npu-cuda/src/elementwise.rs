@@ -15,7 +15,15 @@ use std::fmt::Write;
 /// The shared device header: `kernels/common.cuh` plus `apply_unary(code, x)`, the
 /// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
 pub(crate) fn common_source() -> String {
-    let mut s = String::from(include_str!("kernels/common.cuh"));
+    // exp-pf2 (diagnostic): NPU_CUDA_X_PF=BYTES sets k_attn_dec_mma's pre-wait K/V prefetch
+    let mut s = match std::env::var("NPU_CUDA_X_PF")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        Some(b) => format!("#define NPU_X_PF {b}ull\n"),
+        None => String::new(),
+    };
+    s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",
     );

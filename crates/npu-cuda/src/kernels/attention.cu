@@ -1274,7 +1274,11 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
 // (the whole split at 32000 of 32768: 33 MB a layer) cost 0.044 ms a step there and nothing
 // at 2048 slots, where a split is one tile (Qwen2.5-1.5B decode, H200, exp-pf A/B of the
 // seventeenth session: 1.9108 -> 1.8664 ms at 32000; no prefetch 1.8655, but +0.003 at 1000).
+#ifdef NPU_X_PF
+#define DEC_MMA_PF_BYTES NPU_X_PF
+#else
 #define DEC_MMA_PF_BYTES 16384
+#endif
 // At least three blocks an SM, as its shared memory allows (138 registers, no spills).
 // pdl_wait, not pdl_enter: the combine after it is scheduled as its blocks exit, not beside
 // them (Qwen2.5-1.5B decode on an H200, exp-atrig: 1.8220 -> 1.7772 ms a step at 32000 of
