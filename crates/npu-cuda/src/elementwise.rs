@@ -15,7 +15,8 @@ use std::fmt::Write;
 /// The shared device header: `kernels/common.cuh` plus `apply_unary(code, x)`, the
 /// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
 pub(crate) fn common_source() -> String {
-    let mut s = String::from(include_str!("kernels/common.cuh"));
+    let mut s = crate::timeline::defines();
+    s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",
     );

@@ -20,6 +20,9 @@ pub enum CudaError {
     Blas { what: String, message: String },
     #[error("cuDNN error in {what}: {message}")]
     Dnn { what: String, message: String },
+    /// `timeline::reset` / `take` without `NPU_CUDA_TIMELINE=1` when the device opened.
+    #[error("no timeline: NPU_CUDA_TIMELINE=1 was not set when the device opened")]
+    NoTimeline,
 }
 
 impl CudaError {

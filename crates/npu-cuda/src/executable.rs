@@ -364,6 +364,26 @@ impl CudaExecutable {
             .collect()
     }
 
+    /// Every launch of the steps in order, as (library kernel name or launch kind, blocks): the
+    /// timeline's key to its grids (`npu_cuda::timeline`).
+    pub fn launch_list(&self) -> Vec<(String, u32)> {
+        self.steps
+            .iter()
+            .flatten()
+            .map(|l| match l {
+                Launch::Kernel(k) => (
+                    self.dev
+                        .func_name(k.func)
+                        .unwrap_or("generated")
+                        .to_string(),
+                    k.grid.0 * k.grid.1 * k.grid.2,
+                ),
+                Launch::Lt(_) => ("cublasLt".to_string(), 0),
+                Launch::Dnn(_) => ("cudnn".to_string(), 0),
+            })
+            .collect()
+    }
+
     /// Whether the last run replayed a captured graph.
     pub fn graph_ready(&self) -> bool {
         self.graphs.iter().any(Option::is_some)

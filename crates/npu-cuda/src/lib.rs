@@ -19,6 +19,7 @@ mod lt_tune;
 mod nvrtc;
 mod plan;
 mod state;
+pub mod timeline;
 
 pub use error::CudaError;
 pub use executable::{CudaExecutable, DevicePhases, DevicePtr, RunPhases};

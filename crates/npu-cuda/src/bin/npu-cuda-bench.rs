@@ -278,6 +278,12 @@ fn cmd_decode_at(a: &bench::Args) -> Res<String> {
         ));
         last = Some(io);
     }
+    if npu_cuda::timeline::wanted() {
+        if let Some(io) = &last {
+            let ins: Vec<(&str, &HostTensor)> = io.iter().map(|(k, t)| (k.as_str(), t)).collect();
+            write_timeline(&mut x, &ins, st.as_mut())?;
+        }
+    }
     let graph = x.graph_ready();
     let prof = match &last {
         Some(io) => {
@@ -291,6 +297,52 @@ fn cmd_decode_at(a: &bench::Args) -> Res<String> {
         b.describe(),
         out.join(",")
     ))
+}
+
+/// The per-block timestamps of three runs of the last position's step (`NPU_CUDA_TIMELINE=1`
+/// when the device opened; `npu_cuda::timeline`) as JSON into `NPU_CUDA_TIMELINE_OUT` (default
+/// /tmp/npu-timeline.json), for `python -m npu_export.gpu_timeline`: whether a graph replayed,
+/// the steps' launches in order (name, blocks), then per run its records [grid, t0, t1, t2,
+/// block, smid, blocks].
+fn write_timeline(
+    x: &mut CudaExecutable,
+    ins: &[(&str, &HostTensor)],
+    st: &mut dyn npu_runtime::DeviceState,
+) -> Res<()> {
+    let path =
+        std::env::var("NPU_CUDA_TIMELINE_OUT").unwrap_or_else(|_| "/tmp/npu-timeline.json".into());
+    x.set_kernel_timing(false);
+    for _ in 0..3 {
+        run(x, ins, st)?;
+    }
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        npu_cuda::timeline::reset().map_err(|e| e.to_string())?;
+        run(x, ins, st)?;
+        let recs = npu_cuda::timeline::take().map_err(|e| e.to_string())?;
+        let rows: Vec<String> = recs
+            .iter()
+            .map(|r| {
+                format!(
+                    "[{},{},{},{},{},{},{}]",
+                    r.grid, r.t0, r.t1, r.t2, r.block, r.smid, r.nblocks
+                )
+            })
+            .collect();
+        runs.push(format!("[{}]", rows.join(",")));
+    }
+    let launches: Vec<String> = x
+        .launch_list()
+        .iter()
+        .map(|(n, b)| format!("[{n:?},{b}]"))
+        .collect();
+    let json = format!(
+        "{{\"graph\":{},\"launches\":[{}],\"runs\":[{}]}}\n",
+        x.graph_ready(),
+        launches.join(","),
+        runs.join(",")
+    );
+    std::fs::write(&path, json).map_err(|e| format!("{path}: {e}"))
 }
 
 fn main() -> ExitCode {

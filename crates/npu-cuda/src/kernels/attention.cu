@@ -1286,6 +1286,7 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, 
                                                                  int nsplit, float* part, TD pos, int pre) {
   prefetch_l2_attn_rows(k, split_len, DEC_MMA_PF_BYTES);
   prefetch_l2_attn_rows(v, split_len, DEC_MMA_PF_BYTES);
+  NPU_TL_TOP();
   if (!pre) pdl_wait();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char dm_smem[];

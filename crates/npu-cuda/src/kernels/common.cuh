@@ -37,17 +37,85 @@ struct TD {
 // measured (Qwen2.5-1.5B decode, H200, nineteenth session): before the wait +0.10 ms a step,
 // after a GEMV block's last weights +0.02, at every block's exit +0.09; only the decode
 // attention gains by not triggering (pdl_wait).
-__device__ __forceinline__ void pdl_wait() {
+__device__ __forceinline__ void pdl_wait_raw() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void pdl_enter() {
-  pdl_wait();
+__device__ __forceinline__ void pdl_trigger_raw() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+#ifdef NPU_TL_BUF
+// The timeline (timeline.rs, NPU_CUDA_TIMELINE=1): a block's record, 48 bytes.
+struct NpuTlRec {
+  unsigned long long grid, t0, t1, t2;
+  unsigned block, smid, nblocks, pad0;
+};
+static_assert(sizeof(NpuTlRec) == 48, "timeline.rs reads 48-byte records");
+__shared__ NpuTlRec* npu_tl_slot;
+__device__ __forceinline__ unsigned long long npu_tl_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned npu_tl_tid() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+// mode 1: waits and triggers as pdl_enter; 0: only the record (the kernel calls pdl_wait later)
+struct NpuTlScope {
+  __device__ __forceinline__ explicit NpuTlScope(int mode) {
+    const bool first = npu_tl_tid() == 0;
+    if (first) {
+      const unsigned i = atomicAdd((unsigned*)NPU_TL_BUF, 1u);
+      NpuTlRec* r = i < NPU_TL_CAP ? (NpuTlRec*)(NPU_TL_BUF + 64) + i : nullptr;
+      if (r) {
+        unsigned long long g;
+        unsigned sm;
+        asm volatile("mov.u64 %0, %%gridid;" : "=l"(g));
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        r->grid = g;
+        r->block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+        r->smid = sm;
+        r->nblocks = gridDim.x * gridDim.y * gridDim.z;
+        r->t0 = npu_tl_now();
+        r->t1 = 0;
+        r->t2 = 0;
+      }
+      npu_tl_slot = r;
+    }
+    if (mode == 1) {
+      pdl_wait_raw();
+      if (first && npu_tl_slot) npu_tl_slot->t1 = npu_tl_now();
+      pdl_trigger_raw();
+    }
+    __syncthreads();
+  }
+  __device__ __forceinline__ ~NpuTlScope() {
+    NpuTlRec* r = npu_tl_slot;
+    if (r && (npu_tl_tid() & 31) == 0) atomicMax(&r->t2, npu_tl_now());
+  }
+};
+#endif
+__device__ __forceinline__ void pdl_wait() {
+  pdl_wait_raw();
+#ifdef NPU_TL_BUF
+  if (npu_tl_tid() == 0 && npu_tl_slot) npu_tl_slot->t1 = npu_tl_now();
+#endif
+}
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait_raw();
+  pdl_trigger_raw();
+}
+#ifdef NPU_TL_BUF
+#define pdl_enter() NpuTlScope npu_tl_scope_(1)
+#define NPU_TL_TOP() NpuTlScope npu_tl_scope_top_(0)
+#else
+#define NPU_TL_TOP() \
+  do {               \
+  } while (0)
+#endif
 
 // L2 eviction policies (sm_80 and later) for the `.L2::cache_hint` forms of copies and
 // prefetches: every line the instruction brings in gets that priority. Made once per caller,
