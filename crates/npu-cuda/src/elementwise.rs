@@ -16,6 +16,10 @@ use std::fmt::Write;
 /// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
 pub(crate) fn common_source() -> String {
     let mut s = crate::timeline::defines();
+    // exp-tail (diagnostic): NPU_CUDA_X_TAIL=0 keeps k_gemv16's last partial round as it was
+    if std::env::var("NPU_CUDA_X_TAIL").is_ok_and(|v| v == "0") {
+        s.push_str("#define NPU_X_TAIL 0\n");
+    }
     s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",

@@ -248,6 +248,9 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv(TD a, TD b, TD bias, in
 // its own copy; the norm weight is staged beside a where its layout allows, so no global read
 // follows the staging's).
 #define GV_U 4
+#ifndef NPU_X_TAIL
+#define NPU_X_TAIL 1
+#endif
 // b is read once per call: its lines are loaded evict-first (ld.global.cs), so streaming a
 // matrix larger than L2 does not evict the activations and the next kernel's L2 prefetch
 // (H100, Qwen2.5-1.5B decode at 1000 of 2048: 2.207 -> 2.074 ms a step).
@@ -354,6 +357,32 @@ __device__ __forceinline__ void gv_rope_pair(const GvRope& p, const GvRopeIn& e,
   dst[i + p.hh] = f32_to_h16(hi, dt);
 }
 
+// exp-tail: this warp's share of a GEMV's last partial round (gemv16_body): rows from
+// full * gw on, spread over every block, tw warps of one block a row, each a contiguous part
+// of the row's nv 16-byte units. Not inlined, so that the compiler does not hoist it out of the
+// main loop and keep its fields live there (64 registers).
+struct GvTail {
+  i64 n;
+  int part, tw, v0, v1;
+  bool live;
+  const uint4* row;
+};
+__device__ __noinline__ GvTail gv_tail(i64 N, int gw, int full, int nv, int warp, const unsigned short* bp, i64 bs) {
+  GvTail t;
+  const i64 row0 = (i64)full * gw, rem = N - row0;
+  const int per_blk = (int)((rem + gridDim.x - 1) / gridDim.x);
+  t.tw = gw / per_blk;
+  const int trows = gw / t.tw, tj = warp / t.tw;
+  t.part = warp - tj * t.tw;
+  t.n = row0 + (i64)blockIdx.x * trows + tj;
+  t.live = tj < trows && t.n < N;
+  const int seg = (nv + t.tw - 1) / t.tw;
+  t.v0 = t.part * seg;
+  t.v1 = min(nv, t.v0 + seg);
+  t.row = (const uint4*)(bp + min(t.n, N - 1) * bs);
+  return t;
+}
+
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
 // With the dtype a constant, unpacking eight bf16 is eight shifts and masks instead of a
 // select between two conversions per element: the generic body issued ~117 instructions per
@@ -440,7 +469,21 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     }
     __syncthreads();
   }
-  for (; g * gw < N; g += gridDim.x) {
+  // exp-tail: without the RoPE epilogue, the rounds where every block has a group run as
+  // before, and the rows of a last partial round (gate/up: 2240 groups on 528 blocks leave
+  // 128 groups, 1024 rows, to 128 blocks while 400 idle) are spread over every block, each
+  // row's K split over tw warps of one block that meet in shared memory.
+  // (computed where used, not kept live through the main loop: 64 registers)
+  const int G = (int)((N + gw - 1) / gw);
+  const bool tail = !ROPE && NPU_X_TAIL && G > (int)gridDim.x && G % gridDim.x != 0;
+  const int full = tail ? G - G % gridDim.x : G;
+  auto tail_of = [&]() { return gv_tail(N, gw, full, nv, warp, bp, bs); };
+  auto tail_load = [&](const GvTail& t, int v0) {
+#pragma unroll
+    for (int u = 0; u < GV_U; ++u)
+      if (v0 + 32 * u < t.v1) w[u] = __ldcs(t.row + v0 + 32 * u);
+  };
+  for (; g < full; g += gridDim.x) {
     i64 n = gv_col(g, warp, hh);
     float s = 0.0f;
     for (int v0 = lane;;) {
@@ -459,9 +502,12 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       if (v0 >= nv) break;
       gv_load(w, row, v0, nv);
     }
-    if ((g + gridDim.x) * gw < N) {
+    if (g + gridDim.x < full) {
       row = row_of(g + gridDim.x);
       gv_load(w, row, lane, nv);
+    } else if (tail) {
+      const GvTail t = tail_of();
+      if (t.live) tail_load(t, t.v0 + lane);
     }
     s = warp_sum(s);
     if (ROPE) {
@@ -489,6 +535,43 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       if (act >= 0) v = apply_unary_cold(act, v);
       st16_or_cold(out.ptr, out.dt, offset_lead(out, r - 2, batch) + n * out.st[r - 1], v);
     }
+  }
+  if (!tail) return;
+  // the tail rows: this warp's part of its row (its first loads issued in the last round)
+  const GvTail t = tail_of();
+  float s = 0.0f;
+  if (t.live) {
+    for (int v0 = t.v0 + lane;;) {
+#pragma unroll
+      for (int u = 0; u < GV_U; ++u) {
+        int v = v0 + 32 * u;
+        if (v < t.v1) {
+          float wf[8], xf[8];
+          unpack8(w[u], dt, wf);
+          unpack8(as4[v], dt, xf);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+        }
+      }
+      v0 += 32 * GV_U;
+      if (v0 >= t.v1) break;
+      tail_load(t, v0);
+    }
+  }
+  s = warp_sum(s);
+  __shared__ float tl_part[12];
+  if (lane == 0) tl_part[warp] = s;
+  __syncthreads();
+  if (t.live && t.part == 0 && lane == 0) {
+    float v = 0.0f;
+    for (int i = 0; i < t.tw; ++i) v += tl_part[warp + i];
+    v *= alpha;
+    if (has_bias) {
+      const i64 bo2 = offset_lead(bias, r - 2, batch) + t.n * bias.st[r - 1];
+      v = add_bias(has_bias, v, beta, ld16_or_cold(bias.ptr, bias.dt, bo2), out.dt);
+    }
+    if (act >= 0) v = apply_unary_cold(act, v);
+    st16_or_cold(out.ptr, out.dt, offset_lead(out, r - 2, batch) + t.n * out.st[r - 1], v);
   }
 }
 
