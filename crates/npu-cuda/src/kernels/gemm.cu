@@ -505,9 +505,6 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     if (g + gridDim.x < full) {
       row = row_of(g + gridDim.x);
       gv_load(w, row, lane, nv);
-    } else if (tail) {
-      const GvTail t = tail_of();
-      if (t.live) tail_load(t, t.v0 + lane);
     }
     s = warp_sum(s);
     if (ROPE) {
@@ -537,10 +534,11 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     }
   }
   if (!tail) return;
-  // the tail rows: this warp's part of its row (its first loads issued in the last round)
+  // the tail rows: this warp's part of its row
   const GvTail t = tail_of();
   float s = 0.0f;
   if (t.live) {
+    tail_load(t, t.v0 + lane);
     for (int v0 = t.v0 + lane;;) {
 #pragma unroll
       for (int u = 0; u < GV_U; ++u) {
