@@ -121,6 +121,15 @@ fn func_attribute(f: Func, a: FuncAttr) -> Result<i32, cudarc::driver::DriverErr
     unsafe { result::function::get_function_attribute(f.0, a) }
 }
 
+/// Sets one of a library function's attributes (a shared-memory limit or preference), the
+/// error naming `what`.
+fn set_func_attribute(f: Func, a: FuncAttr, value: i32, what: impl Into<String>) -> CudaResult<()> {
+    // SAFETY: a valid function handle (its module lives as long as the device); the attributes
+    // set here bound or steer its launches' shared memory, nothing it already holds.
+    unsafe { result::function::set_function_attribute(f.0, a, value) }
+        .map_err(|e| CudaError::driver(what, e))
+}
+
 /// `NPU_CUDA_SMEM_OPTIN`: bytes of shared memory a block may opt into at most, below what
 /// the GPU allows (unset, empty or not a number: no limit of ours).
 fn smem_optin_override() -> Option<u32> {
@@ -332,15 +341,12 @@ impl Device {
             let fixed = func_attribute(f, FuncAttr::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
                 .map_err(|e| CudaError::driver(what(), e))?;
             let cap = dev.smem_optin.saturating_sub(fixed.max(0) as u32);
-            // SAFETY: a valid function handle; opting into more dynamic shared memory.
-            unsafe {
-                result::function::set_function_attribute(
-                    f.0,
-                    FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    cap as i32,
-                )
-            }
-            .map_err(|e| CudaError::driver(what(), e))?;
+            set_func_attribute(
+                f,
+                FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cap as i32,
+                what(),
+            )?;
         }
         // The GEMVs prefer the largest shared-memory carveout. An SM's split between L1 and
         // shared memory changes only when it has drained, and in a decode step the q/k/v GEMV
@@ -359,16 +365,13 @@ impl Device {
                 .library
                 .iter()
                 .filter(|(k, _)| k.starts_with("k_gemv16"));
-            for (k, f) in gemvs {
-                // SAFETY: a valid function handle; a scheduling preference only.
-                unsafe {
-                    result::function::set_function_attribute(
-                        f.0,
-                        FuncAttr::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                        100,
-                    )
-                }
-                .map_err(|e| CudaError::driver(format!("shared-memory carveout of {k}"), e))?;
+            for (k, &f) in gemvs {
+                set_func_attribute(
+                    f,
+                    FuncAttr::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                    100,
+                    format!("shared-memory carveout of {k}"),
+                )?;
             }
         }
         lap("kernel library", &mut phases);
