@@ -411,7 +411,40 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   cp_async_commit();
   cp_async_wait();
   __syncthreads();
-  if (has_norm) {
+  // The RMSNorm prologue. bf16: deferred, x = h * w staged and each column's sum scaled by the
+  // norm's 1 / rms after its loop, so the first FMA waits for one elementwise pass and one
+  // barrier instead of the sum of squares' block reduction, the square root and a second pass
+  // (1.5 us a launch in the decode graph, exp-nonorm). Each thread's partial sum of squares is
+  // left in shared memory and summed by whichever warp first needs the scale. The sums differ
+  // from the two kernels' (one rounding of h * w where they round h / rms and then its product
+  // with w). f16 keeps the exact form: h * w unnormalized can pass its range.
+  __shared__ float gv_ss[384];
+  const bool defer = NPU_GEMV_NORM_DEFER && has_norm && dt == DT_BF16;
+  if (defer) {
+    float ss = 0.0f;
+    if (nw_vec) {
+      for (int v = threadIdx.x; v < nv; v += blockDim.x) {
+        float xf[8], wf[8];
+        unpack8(as4[v], dt, xf);
+        unpack8(as4[nv + v], dt, wf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          ss += xf[i] * xf[i];
+          xf[i] *= wf[i];
+        }
+        st8((u64)as4, dt, v, xf);
+      }
+    } else {
+      i64 ws = nw.st[nw.rank - 1];
+      for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
+        float v = h16_to_f32(as16[k], dt);
+        ss += v * v;
+        as16[k] = f32_to_bf16(v * ld_dt_cold(nw.ptr, nw.dt, k * ws));
+      }
+    }
+    gv_ss[threadIdx.x] = ss;
+    __syncthreads();
+  } else if (has_norm) {
     bool bf = dt == DT_BF16;
     float ss = 0.0f;
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
@@ -419,7 +452,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       ss += v * v;
     }
     ss = block_sum(ss);
-    float inv = 1.0f / sqrtf(ss / (float)K + eps);
+    const float inv0 = 1.0f / sqrtf(ss / (float)K + eps);
     if (nw_vec) {
       // elementwise, 8 a thread: no global load on the block's critical path
       for (int v = threadIdx.x; v < nv; v += blockDim.x) {
@@ -427,14 +460,14 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
         unpack8(as4[v], dt, xf);
         unpack8(as4[nv + v], dt, wf);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) xf[i] = round_dt(dt, xf[i] * inv) * wf[i];
+        for (int i = 0; i < 8; ++i) xf[i] = round_dt(dt, xf[i] * inv0) * wf[i];
         st8((u64)as4, dt, v, xf);
       }
     } else {
       i64 ws = nw.st[nw.rank - 1];
       for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {
         float v = h16_to_f32(as16[k], dt);
-        float y = round_dt(dt, v * inv) * ld_dt_cold(nw.ptr, nw.dt, k * ws);
+        float y = round_dt(dt, v * inv0) * ld_dt_cold(nw.ptr, nw.dt, k * ws);
         as16[k] = bf ? f32_to_bf16(y) : f32_to_f16(y);
       }
     }
@@ -464,6 +497,18 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       gv_load(w, row, lane, nv);
     }
     s = warp_sum(s);
+    if (defer) {
+      // the scale lives in shared memory between groups: a register held across the loop
+      // spilled (64 registers)
+      __shared__ float gv_inv[12];
+      if (g == blockIdx.x) {
+        float t = 0.0f;
+        for (int i = lane; i < (int)blockDim.x; i += 32) t += gv_ss[i];
+        t = warp_sum(t);
+        gv_inv[warp] = 1.0f / sqrtf(t / (float)K + eps);
+      }
+      s *= gv_inv[warp];
+    }
     if (ROPE) {
       __shared__ float gv_x[8];
       if (lane == 0) {
