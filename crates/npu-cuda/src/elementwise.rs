@@ -16,10 +16,8 @@ use std::fmt::Write;
 /// epilogue activation selected by [`UnaryOp::act_code`], generated from the table.
 pub(crate) fn common_source() -> String {
     let mut s = crate::timeline::defines();
-    // k_gemv16's bf16 RMSNorm prologue deferred to each column's sum (kernels/gemm.cu);
-    // `NPU_CUDA_GEMV_NORM=exact` normalizes before the loop, as the two kernels round.
-    let exact = std::env::var("NPU_CUDA_GEMV_NORM").is_ok_and(|v| v == "exact");
-    let _ = writeln!(s, "#define NPU_GEMV_NORM_DEFER {}", u8::from(!exact));
+    let defer = crate::plan::gemv_norm_deferred();
+    let _ = writeln!(s, "#define NPU_GEMV_NORM_DEFER {}", u8::from(defer));
     s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",

@@ -397,9 +397,14 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   if (ROPE) ep_load(g);
   const unsigned short* ap = (const unsigned short*)a.ptr;
   i64 ak = a.st[r - 1];
-  // The norm weight, where it is a contiguous, 16-byte aligned row of a's dtype, is staged
-  // right after a (the planner gives a normalized GEMV 4 K bytes), in the same batch of loads.
-  const bool nw_vec = has_norm && nw.dt == dt && nw.st[nw.rank - 1] == 1 && (nw.ptr & 15) == 0;
+  // has_norm 2 (the planner: bf16 a and norm weight, contiguous, K at most eight elements a
+  // thread; plan/gemm.rs): the norm weight's eight elements a thread read into registers beside
+  // the staging, so that the block asks K * 2 bytes less shared memory (fewer bytes a block let
+  // more of the next grid's blocks land beside it: exp-defer). Else (has_norm 1) the norm
+  // weight, where it is a contiguous, 16-byte aligned row of a's dtype, is staged right after
+  // a (the planner gives the GEMV 4 K bytes), in the same batch of loads.
+  const bool nw_reg = has_norm == 2;
+  const bool nw_vec = has_norm == 1 && nw.dt == dt && nw.st[nw.rank - 1] == 1 && (nw.ptr & 15) == 0;
   if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
     // contiguous, 16-byte aligned a (K % 8 == 0 here)
     stage_vec16(as4, (const uint4*)(ap + ao), nv);
@@ -408,6 +413,18 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     for (int k = threadIdx.x; k < (int)K; k += blockDim.x) as16[k] = ap[ao + k * ak];
   }
   if (nw_vec) stage_vec16(as4 + nv, (const uint4*)nw.ptr, nv);
+  uint4 wv = make_uint4(0, 0, 0, 0);
+  if (nw_reg && (int)threadIdx.x < nv) {
+    const unsigned short* np = (const unsigned short*)nw.ptr + threadIdx.x * 8;
+    if ((nw.ptr & 15) == 0) {
+      wv = *(const uint4*)np;
+    } else {
+      unsigned e[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) e[i] = np[2 * i] | ((unsigned)np[2 * i + 1] << 16);
+      wv = make_uint4(e[0], e[1], e[2], e[3]);
+    }
+  }
   cp_async_commit();
   cp_async_wait();
   __syncthreads();
@@ -421,10 +438,22 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   // from the two kernels' (one rounding of h * w where they round h / rms and then its product
   // with w). f16 keeps the exact form: h * w unnormalized can pass its range.
   __shared__ float gv_ss[12];
-  const bool defer = NPU_GEMV_NORM_DEFER && has_norm && dt == DT_BF16;
+  const bool defer = nw_reg || (NPU_GEMV_NORM_DEFER && has_norm && dt == DT_BF16);
   if (defer) {
     float ss = 0.0f;
-    if (nw_vec) {
+    if (nw_reg) {
+      if ((int)threadIdx.x < nv) {
+        float xf[8], wf[8];
+        unpack8(as4[threadIdx.x], dt, xf);
+        unpack8(wv, dt, wf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          ss += xf[i] * xf[i];
+          xf[i] *= wf[i];
+        }
+        st8((u64)as4, dt, threadIdx.x, xf);
+      }
+    } else if (nw_vec) {
       for (int v = threadIdx.x; v < nv; v += blockDim.x) {
         float xf[8], wf[8];
         unpack8(as4[v], dt, xf);

@@ -5,7 +5,7 @@ use super::{align, kl, Planner, StepPlan, SCRATCH0};
 use crate::gemm::{epilogue, plan_lt, LtDest};
 use crate::launch::{dtype_code, unary_code, Arg, Launch, TdArg};
 use crate::loc::Loc;
-use npu_ir::UnaryOp;
+use npu_ir::{DType, UnaryOp};
 use npu_program::program::Binding;
 
 /// Blocks per SM that `k_gemv16` is launched with at most (a wide matrix loops over its
@@ -29,6 +29,12 @@ const GEMV16_W12_MIN_K: usize = 4096;
 /// 8. Qwen2.5-1.5B's down projection (N = 1536, K = 8960) on 132 SMs: 192 blocks of 8 put two
 /// on 60 SMs and one on 72, so the step takes two blocks' time for 1.45 blocks' bytes an SM;
 /// 128 blocks of 12 put one on 128 SMs. At 384 threads its 64 registers allow two blocks an SM.
+/// Whether k_gemv16's bf16 RMSNorm prologue is deferred to each column's sum (kernels/gemm.cu);
+/// `NPU_CUDA_GEMV_NORM=exact` normalizes before the loop, rounding as the two kernels do.
+pub(crate) fn gemv_norm_deferred() -> bool {
+    std::env::var("NPU_CUDA_GEMV_NORM").map_or(true, |v| v != "exact")
+}
+
 fn gemv16_warps(n: usize, k: usize, sms: usize) -> usize {
     // the busiest SM's share of the work (1: every SM equally busy), where one round of
     // blocks covers every group
@@ -76,7 +82,16 @@ impl Planner<'_> {
         let mut pre = Vec::new();
         let mut norm_end = 0;
         let norm_arg = match norm {
-            Some((eps, nw)) if raw16 => (TdArg::of(nw), 1, eps),
+            Some((eps, nw)) if raw16 => {
+                // k_gemv16's deferred norm with the weight in registers (has_norm 2), where
+                // each of the block's (at least 256) threads holds at most eight elements
+                let in_regs = gemv_norm_deferred()
+                    && a.dtype == DType::BF16
+                    && nw.dtype == DType::BF16
+                    && nw.strides.last() == Some(&1)
+                    && k.div_ceil(8) <= 256;
+                (TdArg::of(nw), if in_regs { 2 } else { 1 }, eps)
+            }
             Some((eps, nw)) => {
                 if ra != 2 {
                     return Err(format!(
@@ -162,7 +177,7 @@ impl Planner<'_> {
         if gemv {
             let (name, smem) = if raw16 {
                 // a, then (normalized) the norm weight, both staged raw
-                ("k_gemv16", k * 2 * (1 + norm.1 as usize))
+                ("k_gemv16", k * 2 * (1 + usize::from(norm.1 == 1)))
             } else {
                 ("k_gemv", k * 4)
             };
@@ -378,8 +393,8 @@ pub(super) struct GemvPath {
 /// The GEMV decision for D[batches, m, n] = a @ b with b bound as `bn` (rank >= 2).
 pub(super) fn gemv_path(
     bn: &TdArg,
-    a_dtype: npu_ir::DType,
-    b_dtype: npu_ir::DType,
+    a_dtype: DType,
+    b_dtype: DType,
     m: usize,
     k: usize,
     batches: usize,

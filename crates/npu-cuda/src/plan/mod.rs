@@ -28,6 +28,7 @@ use npu_program::program::{Binding, Kernel, Program, Step};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+pub(crate) use gemm::gemv_norm_deferred;
 pub(crate) use persist::Persistent;
 
 /// What one step needs: its launches and the scratch bytes past the cuBLASLt workspace.
