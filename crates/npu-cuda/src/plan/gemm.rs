@@ -35,6 +35,20 @@ pub(crate) fn gemv_norm_deferred() -> bool {
     std::env::var("NPU_CUDA_GEMV_NORM").map_or(true, |v| v != "exact")
 }
 
+/// k_gemv16's `has_norm` for a normalized GEMV: 2 where the deferred bf16 prologue reads the
+/// norm weight into registers, eight elements a thread (bf16 operands, a contiguous weight, K
+/// at most eight elements for each of the block's at least 256 threads), else 1 (the weight
+/// staged beside `a`, K * 2 bytes more shared memory a block).
+fn gemv_norm_mode(deferred: bool, a: DType, nw: DType, nw_contiguous: bool, k: usize) -> i32 {
+    let in_regs =
+        deferred && a == DType::BF16 && nw == DType::BF16 && nw_contiguous && k.div_ceil(8) <= 256;
+    if in_regs {
+        2
+    } else {
+        1
+    }
+}
+
 fn gemv16_warps(n: usize, k: usize, sms: usize) -> usize {
     // the busiest SM's share of the work (1: every SM equally busy), where one round of
     // blocks covers every group
@@ -83,14 +97,9 @@ impl Planner<'_> {
         let mut norm_end = 0;
         let norm_arg = match norm {
             Some((eps, nw)) if raw16 => {
-                // k_gemv16's deferred norm with the weight in registers (has_norm 2), where
-                // each of the block's (at least 256) threads holds at most eight elements
-                let in_regs = gemv_norm_deferred()
-                    && a.dtype == DType::BF16
-                    && nw.dtype == DType::BF16
-                    && nw.strides.last() == Some(&1)
-                    && k.div_ceil(8) <= 256;
-                (TdArg::of(nw), if in_regs { 2 } else { 1 }, eps)
+                let contiguous = nw.strides.last() == Some(&1);
+                let mode = gemv_norm_mode(gemv_norm_deferred(), a.dtype, nw.dtype, contiguous, k);
+                (TdArg::of(nw), mode, eps)
             }
             Some((eps, nw)) => {
                 if ra != 2 {
@@ -443,7 +452,36 @@ pub(super) struct GemmPaths {
 
 #[cfg(test)]
 mod tests {
-    use super::gemv16_warps;
+    use super::{gemv16_warps, gemv_norm_mode};
+    use npu_ir::DType;
+
+    #[test]
+    fn the_norm_weight_in_registers_only_for_deferred_bf16_rows_of_at_most_2048() {
+        // Qwen2.5-1.5B's q/k/v and gate/up (K = 1536) and the LM head
+        assert_eq!(
+            gemv_norm_mode(true, DType::BF16, DType::BF16, true, 1536),
+            2
+        );
+        assert_eq!(
+            gemv_norm_mode(true, DType::BF16, DType::BF16, true, 2048),
+            2
+        );
+        // longer rows, another dtype, a strided or f32 weight, or the exact prologue: staged
+        assert_eq!(
+            gemv_norm_mode(true, DType::BF16, DType::BF16, true, 2056),
+            1
+        );
+        assert_eq!(gemv_norm_mode(true, DType::F16, DType::F16, true, 1536), 1);
+        assert_eq!(gemv_norm_mode(true, DType::BF16, DType::F32, true, 1536), 1);
+        assert_eq!(
+            gemv_norm_mode(true, DType::BF16, DType::BF16, false, 1536),
+            1
+        );
+        assert_eq!(
+            gemv_norm_mode(false, DType::BF16, DType::BF16, true, 1536),
+            1
+        );
+    }
 
     #[test]
     fn gemv_blocks_of_twelve_warps_only_where_they_balance_the_sms_over_long_rows() {
