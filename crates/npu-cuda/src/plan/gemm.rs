@@ -207,7 +207,13 @@ impl Planner<'_> {
                     // k_gemv16 has no `vec` flag; it takes the norm prologue's operands
                     kern.args.pop();
                     kern.args.push(Arg::Td(norm.0));
-                    kern.args.push(Arg::I32(norm.1));
+                    // exp-nonorm (diagnostic, wrong results): the prologue's norm skipped
+                    let on = if std::env::var_os("NPU_CUDA_X_NONORM").is_some() {
+                        0
+                    } else {
+                        norm.1
+                    };
+                    kern.args.push(Arg::I32(on));
                     kern.args.push(Arg::F32(norm.2));
                     Launch::Kernel(kern)
                 }
