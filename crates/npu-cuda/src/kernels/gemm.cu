@@ -354,6 +354,21 @@ __device__ __forceinline__ void gv_rope_pair(const GvRope& p, const GvRopeIn& e,
   dst[i + p.hh] = f32_to_h16(hi, dt);
 }
 
+// The deferred norm's step over the staged row's 16-byte unit v: h * h added to ss (returned),
+// the unit replaced by h * w (w: the norm weight's eight elements, rounded to dt once).
+__device__ __forceinline__ float gv_scale8(uint4* as4, int v, uint4 w, int dt, float ss) {
+  float xf[8], wf[8];
+  unpack8(as4[v], dt, xf);
+  unpack8(w, dt, wf);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    ss += xf[i] * xf[i];
+    xf[i] *= wf[i];
+  }
+  st8((u64)as4, dt, v, xf);
+  return ss;
+}
+
 // k_gemv16's body, instanced per dtype (DT as in dt_of: a and b of dtype DT where DT >= 0).
 // With the dtype a constant, unpacking eight bf16 is eight shifts and masks instead of a
 // select between two conversions per element: the generic body issued ~117 instructions per
@@ -442,29 +457,9 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   if (defer) {
     float ss = 0.0f;
     if (nw_reg) {
-      if ((int)threadIdx.x < nv) {
-        float xf[8], wf[8];
-        unpack8(as4[threadIdx.x], dt, xf);
-        unpack8(wv, dt, wf);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          ss += xf[i] * xf[i];
-          xf[i] *= wf[i];
-        }
-        st8((u64)as4, dt, threadIdx.x, xf);
-      }
+      if ((int)threadIdx.x < nv) ss = gv_scale8(as4, threadIdx.x, wv, dt, ss);
     } else if (nw_vec) {
-      for (int v = threadIdx.x; v < nv; v += blockDim.x) {
-        float xf[8], wf[8];
-        unpack8(as4[v], dt, xf);
-        unpack8(as4[nv + v], dt, wf);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          ss += xf[i] * xf[i];
-          xf[i] *= wf[i];
-        }
-        st8((u64)as4, dt, v, xf);
-      }
+      for (int v = threadIdx.x; v < nv; v += blockDim.x) ss = gv_scale8(as4, v, as4[nv + v], dt, ss);
     } else {
       i64 ws = nw.st[nw.rank - 1];
       for (int k = threadIdx.x; k < (int)K; k += blockDim.x) {

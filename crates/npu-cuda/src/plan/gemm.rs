@@ -24,11 +24,9 @@ const GEMV16_BLOCKS_PER_SM: usize = 4;
 /// after one, so its pre-wait prefetch starts later.
 const GEMV16_W12_MIN_K: usize = 4096;
 
-/// `k_gemv16`'s warps a block, one output column each: 12 where column groups of 8 would load
-/// the SMs unevenly and groups of 12 evenly and the rows are long (`GEMV16_W12_MIN_K`), else
-/// 8. Qwen2.5-1.5B's down projection (N = 1536, K = 8960) on 132 SMs: 192 blocks of 8 put two
-/// on 60 SMs and one on 72, so the step takes two blocks' time for 1.45 blocks' bytes an SM;
-/// 128 blocks of 12 put one on 128 SMs. At 384 threads its 64 registers allow two blocks an SM.
+/// The fewest threads a `k_gemv16` block has (8 warps; 12 where `gemv16_warps` says).
+const GEMV16_MIN_THREADS: usize = 8 * 32;
+
 /// Whether k_gemv16's bf16 RMSNorm prologue is deferred to each column's sum (kernels/gemm.cu);
 /// `NPU_CUDA_GEMV_NORM=exact` normalizes before the loop, rounding as the two kernels do.
 pub(crate) fn gemv_norm_deferred() -> bool {
@@ -37,11 +35,14 @@ pub(crate) fn gemv_norm_deferred() -> bool {
 
 /// k_gemv16's `has_norm` for a normalized GEMV: 2 where the deferred bf16 prologue reads the
 /// norm weight into registers, eight elements a thread (bf16 operands, a contiguous weight, K
-/// at most eight elements for each of the block's at least 256 threads), else 1 (the weight
+/// at most eight elements for each of the block's `GEMV16_MIN_THREADS`), else 1 (the weight
 /// staged beside `a`, K * 2 bytes more shared memory a block).
 fn gemv_norm_mode(deferred: bool, a: DType, nw: DType, nw_contiguous: bool, k: usize) -> i32 {
-    let in_regs =
-        deferred && a == DType::BF16 && nw == DType::BF16 && nw_contiguous && k.div_ceil(8) <= 256;
+    let in_regs = deferred
+        && a == DType::BF16
+        && nw == DType::BF16
+        && nw_contiguous
+        && k.div_ceil(8) <= GEMV16_MIN_THREADS;
     if in_regs {
         2
     } else {
@@ -49,6 +50,11 @@ fn gemv_norm_mode(deferred: bool, a: DType, nw: DType, nw_contiguous: bool, k: u
     }
 }
 
+/// `k_gemv16`'s warps a block, one output column each: 12 where column groups of 8 would load
+/// the SMs unevenly and groups of 12 evenly and the rows are long (`GEMV16_W12_MIN_K`), else
+/// 8. Qwen2.5-1.5B's down projection (N = 1536, K = 8960) on 132 SMs: 192 blocks of 8 put two
+/// on 60 SMs and one on 72, so the step takes two blocks' time for 1.45 blocks' bytes an SM;
+/// 128 blocks of 12 put one on 128 SMs. At 384 threads its 64 registers allow two blocks an SM.
 fn gemv16_warps(n: usize, k: usize, sms: usize) -> usize {
     // the busiest SM's share of the work (1: every SM equally busy), where one round of
     // blocks covers every group
