@@ -18,6 +18,8 @@ pub(crate) fn common_source() -> String {
     let mut s = crate::timeline::defines();
     let defer = crate::plan::gemv_norm_deferred();
     let _ = writeln!(s, "#define NPU_GEMV_NORM_DEFER {}", u8::from(defer));
+    // exp-l1 (diagnostic): norm-less GEMVs read `a` through L1 (plan/gemm.rs asks no smem)
+    let _ = writeln!(s, "#define NPU_X_L1 {}", u8::from(crate::plan::gemv_x_l1()));
     s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",

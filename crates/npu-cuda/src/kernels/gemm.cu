@@ -420,7 +420,14 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   // a (the planner gives the GEMV 4 K bytes), in the same batch of loads.
   const bool nw_reg = has_norm == 2;
   const bool nw_vec = has_norm == 1 && nw.dt == dt && nw.st[nw.rank - 1] == 1 && (nw.ptr & 15) == 0;
-  if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
+  // exp-l1 (diagnostic): NPU_X_L1 reads a GEMV's `a` without a norm through L1 instead of
+  // staging it (the planner asks no shared memory then): no staging wait, no barrier, and
+  // the block's K * 2 bytes of shared memory freed for what lands beside it
+  const bool l1 = NPU_X_L1 && !has_norm;
+  const bool l1v = l1 && ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0;
+  const uint4* xg = (const uint4*)(ap + ao);
+  if (l1) {
+  } else if (ak == 1 && ((a.ptr + (u64)ao * 2) & 15) == 0) {
     // contiguous, 16-byte aligned a (K % 8 == 0 here)
     stage_vec16(as4, (const uint4*)(ap + ao), nv);
   } else {
@@ -440,9 +447,11 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       wv = make_uint4(e[0], e[1], e[2], e[3]);
     }
   }
-  cp_async_commit();
-  cp_async_wait();
-  __syncthreads();
+  if (!l1) {
+    cp_async_commit();
+    cp_async_wait();
+    __syncthreads();
+  }
   // The RMSNorm prologue. bf16: deferred, x = h * w staged and each column's sum scaled by the
   // norm's 1 / rms after its loop, so the first FMA waits for one elementwise pass and one
   // barrier instead of the sum of squares' block reduction, the square root and a second pass
@@ -510,7 +519,19 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
         if (v < nv) {
           float wf[8], xf[8];
           unpack8(w[u], dt, wf);
-          unpack8(as4[v], dt, xf);
+          uint4 xv;
+          if (!l1) {
+            xv = as4[v];
+          } else if (l1v) {
+            xv = __ldg(xg + v);
+          } else {
+            unsigned e[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              e[i] = ap[ao + (8 * v + 2 * i) * ak] | ((unsigned)ap[ao + (8 * v + 2 * i + 1) * ak] << 16);
+            xv = make_uint4(e[0], e[1], e[2], e[3]);
+          }
+          unpack8(xv, dt, xf);
 #pragma unroll
           for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
         }

@@ -192,7 +192,12 @@ impl Planner<'_> {
         if gemv {
             let (name, smem) = if raw16 {
                 // a, then (normalized) the norm weight, both staged raw
-                ("k_gemv16", k * 2 * (1 + usize::from(norm.1 == 1)))
+                let smem = if norm.1 == 0 && gemv_x_l1() {
+                    0
+                } else {
+                    k * 2 * (1 + usize::from(norm.1 == 1))
+                };
+                ("k_gemv16", smem)
             } else {
                 ("k_gemv", k * 4)
             };
@@ -503,4 +508,9 @@ mod tests {
         assert_eq!(gemv16_warps(1536, 8960, 108), 8);
         assert_eq!(gemv16_warps(8, 8960, 132), 8);
     }
+}
+
+/// exp-l1 (diagnostic): `NPU_CUDA_X_L1=1` makes the norm-less `k_gemv16` read `a` through L1.
+pub(crate) fn gemv_x_l1() -> bool {
+    std::env::var("NPU_CUDA_X_L1").is_ok_and(|v| v == "1")
 }

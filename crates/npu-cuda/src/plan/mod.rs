@@ -28,7 +28,7 @@ use npu_program::program::{Binding, Kernel, Program, Step};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-pub(crate) use gemm::gemv_norm_deferred;
+pub(crate) use gemm::{gemv_norm_deferred, gemv_x_l1};
 pub(crate) use persist::Persistent;
 
 /// What one step needs: its launches and the scratch bytes past the cuBLASLt workspace.
