@@ -18,6 +18,9 @@ pub(crate) fn common_source() -> String {
     let mut s = crate::timeline::defines();
     let defer = crate::plan::gemv_norm_deferred();
     let _ = writeln!(s, "#define NPU_GEMV_NORM_DEFER {}", u8::from(defer));
+    // exp-nowait (diagnostic, wrong results): every programmatic wait dropped
+    let nowait = std::env::var("NPU_CUDA_X_NOWAIT").is_ok_and(|v| v == "1");
+    let _ = writeln!(s, "#define NPU_X_NOWAIT {}", u8::from(nowait));
     s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",

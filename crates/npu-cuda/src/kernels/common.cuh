@@ -37,8 +37,11 @@ struct TD {
 // measured (Qwen2.5-1.5B decode, H200, nineteenth session): before the wait +0.10 ms a step,
 // after a GEMV block's last weights +0.02, at every block's exit +0.09; only the decode
 // attention gains by not triggering (pdl_wait).
+// exp-nowait (diagnostic, wrong results): NPU_X_NOWAIT drops every wait, so each grid runs as
+// soon as its blocks are resident, overlapping its predecessors as far as the SMs allow: the
+// step's time with the launch boundaries gone, a bound for a persistent kernel's schedule.
 __device__ __forceinline__ void pdl_wait_raw() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !NPU_X_NOWAIT
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
