@@ -102,6 +102,35 @@ fn library_functions() -> Vec<&'static str> {
     LIBRARY_KERNELS.iter().copied().chain(instances).collect()
 }
 
+/// Each `__global__` function of `src`: its name, its head (up to the body's brace) and what
+/// follows the brace.
+fn kernel_heads(src: &str) -> Vec<(&str, &str, &str)> {
+    let mut out = Vec::new();
+    let mut rest = src;
+    while let Some(at) = rest.find("__global__") {
+        rest = &rest[at + "__global__".len()..];
+        let Some(open) = rest.find('{') else { break };
+        let head = &rest[..open];
+        let name = head
+            .split('(')
+            .next()
+            .and_then(|h| h.split_whitespace().last())
+            .unwrap_or("?");
+        out.push((name, head, &rest[open + 1..]));
+        rest = &rest[open + 1..];
+    }
+    out
+}
+
+/// The kernels of `src` whose last parameter is `NPU_SYNC_PARAM` (`crate::sync`).
+fn sync_kernels(src: &str) -> Vec<String> {
+    kernel_heads(src)
+        .into_iter()
+        .filter(|(_, head, _)| head.trim_end().ends_with("NPU_SYNC_PARAM)"))
+        .map(|(name, _, _)| name.to_string())
+        .collect()
+}
+
 pub(crate) fn library_source() -> String {
     [
         crate::elementwise::common_source().as_str(),
@@ -185,6 +214,8 @@ pub struct Device {
         Mutex<HashMap<crate::lt_tune::TuneKey, Option<ltsys::cublasLtMatmulAlgo_t>>>,
     pub(crate) name: String,
     library: HashMap<&'static str, Func>,
+    /// Library kernels taking `NPU_SYNC_PARAM` (generated kernels all do).
+    library_sync: Vec<String>,
     modules: Mutex<Vec<Arc<CudaModule>>>,
     /// Generated modules (elementwise kernels) by source hash.
     generated: Mutex<HashMap<u64, Vec<(String, Func)>>>,
@@ -303,6 +334,7 @@ impl Device {
             lt_algos: Mutex::new(HashMap::new()),
             name,
             library: HashMap::new(),
+            library_sync: Vec::new(),
             modules: Mutex::new(Vec::new()),
             generated: Mutex::new(HashMap::new()),
             startup: Mutex::new(Vec::new()),
@@ -313,7 +345,9 @@ impl Device {
             crate::timeline::init()?;
         }
         let names = library_functions();
-        let funcs = dev.load(&library_source(), "the kernel library", &names)?;
+        let source = library_source();
+        let funcs = dev.load(&source, "the kernel library", &names)?;
+        dev.library_sync = sync_kernels(&source);
         for (name, f) in names.into_iter().zip(funcs) {
             dev.library.insert(name, f);
         }
@@ -504,6 +538,13 @@ impl Device {
             .map(|(n, _)| *n)
     }
 
+    /// Whether `func` takes `NPU_SYNC_PARAM` last (`crate::sync`): the library kernels that
+    /// declare it and every generated one.
+    pub(crate) fn takes_sync(&self, func: Func) -> bool {
+        self.func_name(func)
+            .is_none_or(|n| self.library_sync.iter().any(|k| k == n))
+    }
+
     /// Whether `func` is the kernel `name` in any of its dtype instances.
     pub(crate) fn is_func(&self, func: Func, name: &str) -> bool {
         let same = |n: &str| self.func(n).0 == func.0;
@@ -646,31 +687,27 @@ mod tests {
     /// `pdl_enter();`, after nothing but L2 prefetches.
     fn kernels_without_pdl_enter(src: &str) -> Vec<String> {
         let mut missing = Vec::new();
-        let mut rest = src;
-        while let Some(at) = rest.find("__global__") {
-            rest = &rest[at + "__global__".len()..];
-            let Some(open) = rest.find('{') else { break };
-            let head = &rest[..open];
-            let name = head
-                .split('(')
-                .next()
-                .and_then(|h| h.split_whitespace().last())
-                .unwrap_or("?");
+        for (name, head, body) in kernel_heads(src) {
             // L2 prefetch statements may come first (kernels/common.cuh, prefetch_l2)
-            let mut body = rest[open + 1..].trim_start();
+            let mut body = body.trim_start();
             while body.starts_with("prefetch_l2") || body.starts_with("NPU_TL_TOP") {
                 body = body.split_once(';').map_or("", |(_, b)| b).trim_start();
             }
             // k_attn_dec_mma waits later where the planner proved its early reads safe
-            // (`Planner::cache_written_before`): `if (!pre) pdl_wait();` and, in its body,
-            // `if (pre) pdl_wait();` after the staging of its first tile (it waits without
+            // (`Planner::cache_written_before`): `if (!pre) sync_wait(sy);` and, in its body,
+            // `if (pre) sync_wait(sy);` after the staging of its first tile (it waits without
             // triggering its dependents; kernels/attention.cu says why).
             let late =
-                head.contains(" k_attn_dec_mma(") && body.starts_with("if (!pre) pdl_wait();");
-            if !body.starts_with("pdl_enter();") && !late {
+                head.contains(" k_attn_dec_mma(") && body.starts_with("if (!pre) sync_wait(sy);");
+            // a kernel taking the counter parameter enters through it (`crate::sync`)
+            let enter = if head.trim_end().ends_with("NPU_SYNC_PARAM)") {
+                "sync_enter(sy);"
+            } else {
+                "pdl_enter();"
+            };
+            if !body.starts_with(enter) && !late {
                 missing.push(name.to_string());
             }
-            rest = &rest[open + 1..];
         }
         missing
     }

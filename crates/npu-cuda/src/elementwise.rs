@@ -18,6 +18,7 @@ pub(crate) fn common_source() -> String {
     let mut s = crate::timeline::defines();
     let defer = crate::plan::gemv_norm_deferred();
     let _ = writeln!(s, "#define NPU_GEMV_NORM_DEFER {}", u8::from(defer));
+    let _ = writeln!(s, "#define NPU_SYNC_SLEEP_NS {}", crate::sync::sleep_ns());
     s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",
@@ -103,9 +104,9 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
     let n_in = inputs.len();
     let params: Vec<String> = (0..n_in)
         .map(|i| format!("TD i{i}"))
-        .chain(["TD out".to_string(), "i64 n".to_string()])
+        .chain(["TD out", "i64 n", "NPU_SYNC_PARAM"].map(String::from))
         .collect();
-    let _ = writeln!(body, "({}) {{\n  pdl_enter();", params.join(", "));
+    let _ = writeln!(body, "({}) {{\n  sync_enter(sy);", params.join(", "));
     let _ = writeln!(
         body,
         "  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < {}; e += (i64)gridDim.x * blockDim.x) {{",
@@ -260,7 +261,7 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
             dtype_code(out.dtype)
         );
     }
-    let _ = writeln!(body, "  }}\n}}");
+    let _ = writeln!(body, "  }}\n  sync_exit(sy);\n}}");
     let name = format!("ew_{:016x}", crate::nvrtc::fnv1a(body.as_bytes()));
     (format!("extern \"C\" __global__ void {name}{body}"), name)
 }

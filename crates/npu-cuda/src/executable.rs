@@ -49,6 +49,8 @@ pub struct CudaExecutable {
     /// Where in `scratch` the region kept across steps (`plan::persist`) starts.
     persist_off: u64,
     err: DevBuf,
+    /// The launch counters of linked kernels (`crate::sync`), zero between runs.
+    sync: DevBuf,
     /// Page-locked staging per plain input and output (None: state, or no staging).
     in_stage: Vec<Option<Pinned>>,
     out_stage: Vec<Option<Pinned>>,
@@ -232,6 +234,11 @@ impl CudaExecutable {
             steps.push(p.launches);
         }
         check_shared_memory(&dev, &program, &steps)?;
+        let counters = crate::sync::link(&mut steps, crate::sync::enabled(), |k| {
+            dev.takes_sync(k.func)
+        });
+        let sync_bytes = (u64::from(counters.max(1)) * crate::sync::COUNTER_STRIDE) as usize;
+        let sync = DevBuf::zeroed(&dev, sync_bytes, "the launch counters")?;
         // The steps' shared scratch, then the region kept across steps.
         let persist_off = align(LT_WORKSPACE + scratch_need);
         let scratch_bytes = persist_off + persist.into_inner().bytes;
@@ -284,6 +291,7 @@ impl CudaExecutable {
             scratch,
             persist_off,
             err,
+            sync,
             in_stage,
             out_stage,
             err_stage,
@@ -464,6 +472,7 @@ impl CudaExecutable {
             scratch: self.scratch.ptr,
             persist: self.scratch.ptr + self.persist_off,
             err: self.err.ptr,
+            sync: self.sync.ptr,
         };
         self.clear.relocate(&bases);
         for step in &mut self.steps {

@@ -144,6 +144,8 @@ pub(crate) enum Arg {
     I64(i64),
     F32(f32),
     F64(f64),
+    /// The last parameter of a kernel taking `NPU_SYNC_PARAM` (added by `crate::sync::link`).
+    Sync(crate::sync::SyncArg),
 }
 
 impl Arg {
@@ -173,6 +175,7 @@ impl KernelLaunch {
             match a {
                 Arg::Td(t) => t.td.ptr = b.resolve(t.loc),
                 Arg::Ptr(p, loc) => *p = b.resolve(*loc),
+                Arg::Sync(s) => s.relocate(b),
                 _ => {}
             }
         }
@@ -189,6 +192,7 @@ impl KernelLaunch {
                 Arg::I64(v) => v as *mut i64 as *mut c_void,
                 Arg::F32(v) => v as *mut f32 as *mut c_void,
                 Arg::F64(v) => v as *mut f64 as *mut c_void,
+                Arg::Sync(s) => &mut s.raw as *mut crate::sync::NpuSync as *mut c_void,
             })
             .collect()
     }

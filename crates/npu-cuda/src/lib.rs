@@ -19,6 +19,7 @@ mod lt_tune;
 mod nvrtc;
 mod plan;
 mod state;
+mod sync;
 pub mod timeline;
 
 pub use error::CudaError;

@@ -13,6 +13,8 @@ pub(crate) enum Loc {
     Persist(u64),
     /// The run's error word.
     Err,
+    /// The executable's launch counters (`crate::sync`) at a byte offset.
+    Sync(u64),
     /// No buffer (an absent optional operand).
     Null,
 }
@@ -27,6 +29,7 @@ pub(crate) struct Bases<'a> {
     pub scratch: u64,
     pub persist: u64,
     pub err: u64,
+    pub sync: u64,
 }
 
 impl Bases<'_> {
@@ -45,6 +48,7 @@ impl Bases<'_> {
             Loc::Scratch(off) => self.scratch + off,
             Loc::Persist(off) => self.persist + off,
             Loc::Err => self.err,
+            Loc::Sync(off) => self.sync + off,
             Loc::Null => 0,
         }
     }

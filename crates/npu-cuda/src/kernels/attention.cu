@@ -631,8 +631,9 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_mma(TD q, TD k, TD v, T
 // not a loop of single loads.
 #define CMAX 1024
 #define CW 8
-extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* part, int nsplit, TD out) {
-  pdl_enter();
+extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* part, int nsplit, TD out,
+                                                                  NPU_SYNC_PARAM) {
+  sync_enter(sy);
   __shared__ float wsh[CMAX];
   __shared__ float sums[CW][32];
   const int D = (int)out.sh[3];
@@ -702,6 +703,7 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
                   d * out.st[3];
     st16_or_cold(out.ptr, out.dt, o, L > 0.0f ? sum / L : 0.0f);
   }
+  sync_exit(sy);
 }
 
 // Decode attention (one query row, S == 1, head dim <= 128): grid (split, B * KVH), 128
@@ -1038,7 +1040,7 @@ template <bool BF>
 __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
                                                   int has_mask, float scale, int group, i64 split_len,
                                                   int nsplit, float* part, unsigned char* dsm, const TD& pos,
-                                                  int pre) {
+                                                  int pre, const NpuSync& sy) {
   // per warp, two stages of its 16 keys' K rows then V rows: [4][2][2][16][DM_LD]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   unsigned short* wst = (unsigned short*)dsm + warp * DM_WARP_ELEMS;
@@ -1076,7 +1078,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
   // before the wait too. After the wait, q and row p of the staged tile again, their loads in
   // flight together (one round trip; the position's load before them made two).
   const i64 p = !pre ? 0 : pos.dt == DT_I64 ? *(const long long*)pos.ptr : ldi_dt_cold(pos.ptr, pos.dt, 0);
-  if (pre) pdl_wait();
+  if (pre) sync_wait(sy);
   // Q^T of head g as B fragments (heads past the group zero): dims kc * 16 + tq * 2 (+ 1), + 8
   unsigned qb[MQ_MAXD / 16][2];
   const bool qrow = g < group;
@@ -1283,17 +1285,19 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
 // blocks cost is not the tile loop's time.
 extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, TD v, TD mask, int has_mask,
                                                                  float scale, int group, i64 split_len,
-                                                                 int nsplit, float* part, TD pos, int pre) {
+                                                                 int nsplit, float* part, TD pos, int pre,
+                                                                 NPU_SYNC_PARAM) {
   prefetch_l2_attn_rows(k, split_len, DEC_MMA_PF_BYTES);
   prefetch_l2_attn_rows(v, split_len, DEC_MMA_PF_BYTES);
   NPU_TL_TOP();
-  if (!pre) pdl_wait();
+  if (!pre) sync_wait(sy);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char dm_smem[];
   if (q.dt == DT_BF16) {
-    attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
+    attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre, sy);
   } else {
-    attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
+    attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre, sy);
   }
 #endif
+  sync_exit(sy);
 }

@@ -47,6 +47,63 @@ __device__ __forceinline__ void pdl_trigger_raw() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// Counter-linked launches (launch.rs, `SyncArg`; linked by `crate::sync`): a kernel whose last
+// parameter is `NPU_SYNC_PARAM` may wait for its predecessor's blocks through a counter in
+// global memory instead of griddepcontrol.wait, which returns only after the predecessor grid
+// has completed and been flushed (~1.2-1.7 us after its last block's exit on an H100, the
+// twenty-second session's timeline). Each block of a counted grid increments its counter at
+// its exit, after a barrier and a gpu-scope fence (the pattern of cooperative groups' grid
+// sync), so a waiter that reads the full count with an acquire load sees every write of the
+// grid. The successor's blocks increment the same counter again at their own exit with
+// atomicInc's wrap, so the last of them returns it to zero for the next run: one counter a
+// launch, no reset launch. Only the immediate predecessor is waited for: it in turn waited for
+// its own, so its writes and everything before it are visible (causality is transitive).
+// Deadlock-free because a grid is launched only once every block of its predecessor has
+// triggered (is resident) or exited, and triggers come after the waits.
+// wait null: griddepcontrol.wait as pdl_wait_raw; sig null: no successor counts this grid.
+struct NpuSync {
+  unsigned* wait;     // the predecessor's counter
+  unsigned* sig;      // this grid's counter
+  unsigned wait_n;    // the predecessor's blocks
+  unsigned wait_lim;  // the predecessor's blocks + this grid's - 1 (atomicInc's wrap)
+  unsigned sig_lim;   // this grid's blocks + the successor's - 1
+  unsigned pad;
+};
+#define NPU_SYNC_PARAM NpuSync sy
+__device__ __forceinline__ unsigned sync_tid() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void sync_wait_raw(const NpuSync& sy) {
+  if (sy.wait) {
+    if (sync_tid() == 0) {
+      while (ld_acquire_gpu(sy.wait) < sy.wait_n) {
+#if NPU_SYNC_SLEEP_NS > 0
+        __nanosleep(NPU_SYNC_SLEEP_NS);
+#endif
+      }
+    }
+    __syncthreads();
+  } else {
+    pdl_wait_raw();
+  }
+}
+// Every thread of the block calls it once, after its last global write.
+__device__ __forceinline__ void sync_exit(const NpuSync& sy) {
+  if (!sy.sig && !sy.wait) return;
+  __syncthreads();
+  if (sync_tid() == 0) {
+    if (sy.sig) {
+      __threadfence();
+      atomicInc(sy.sig, sy.sig_lim);
+    }
+    if (sy.wait) atomicInc(sy.wait, sy.wait_lim);
+  }
+}
 #ifdef NPU_TL_BUF
 // The timeline (timeline.rs, NPU_CUDA_TIMELINE=1): a block's record, 48 bytes.
 struct NpuTlRec {
@@ -63,9 +120,10 @@ __device__ __forceinline__ unsigned long long npu_tl_now() {
 __device__ __forceinline__ unsigned npu_tl_tid() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
-// mode 1: waits and triggers as pdl_enter; 0: only the record (the kernel calls pdl_wait later)
+// mode 1: waits and triggers as pdl_enter (sync_enter with `sy`); 0: only the record (the
+// kernel calls pdl_wait or sync_wait later)
 struct NpuTlScope {
-  __device__ __forceinline__ explicit NpuTlScope(int mode) {
+  __device__ __forceinline__ explicit NpuTlScope(int mode, const NpuSync* sy = nullptr) {
     const bool first = npu_tl_tid() == 0;
     if (first) {
       const unsigned i = atomicAdd((unsigned*)NPU_TL_BUF, 1u);
@@ -86,7 +144,11 @@ struct NpuTlScope {
       npu_tl_slot = r;
     }
     if (mode == 1) {
-      pdl_wait_raw();
+      if (sy) {
+        sync_wait_raw(*sy);
+      } else {
+        pdl_wait_raw();
+      }
       if (first && npu_tl_slot) npu_tl_slot->t1 = npu_tl_now();
       pdl_trigger_raw();
     }
@@ -108,8 +170,20 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_wait_raw();
   pdl_trigger_raw();
 }
+// pdl_wait and pdl_enter for a kernel taking NPU_SYNC_PARAM.
+__device__ __forceinline__ void sync_wait(const NpuSync& sy) {
+  sync_wait_raw(sy);
+#ifdef NPU_TL_BUF
+  if (npu_tl_tid() == 0 && npu_tl_slot) npu_tl_slot->t1 = npu_tl_now();
+#endif
+}
+__device__ __forceinline__ void sync_enter(const NpuSync& sy) {
+  sync_wait_raw(sy);
+  pdl_trigger_raw();
+}
 #ifdef NPU_TL_BUF
 #define pdl_enter() NpuTlScope npu_tl_scope_(1)
+#define sync_enter(sy) NpuTlScope npu_tl_scope_(1, &(sy))
 #define NPU_TL_TOP() NpuTlScope npu_tl_scope_top_(0)
 #else
 #define NPU_TL_TOP() \

@@ -566,20 +566,23 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   TD a, TD b, TD bias, int has_bias, float alpha, float beta, int act, TD out, TD nw, int has_norm, \
       float eps
 #define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
-extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS, NPU_SYNC_PARAM) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  sync_enter(sy);
   gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
+  sync_exit(sy);
 }
-extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS, NPU_SYNC_PARAM) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  sync_enter(sy);
   gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
+  sync_exit(sy);
 }
-extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS, NPU_SYNC_PARAM) {
   prefetch_l2_gemv_row(a, b, out);
-  pdl_enter();
+  sync_enter(sy);
   gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
+  sync_exit(sy);
 }
 
 // k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch
@@ -592,20 +595,23 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
 #define GV_ROPE_ARGS                                                                                          \
   GvRope{c0, s0, c1, s1, o0, o1, kc, vc, cs0, ss0, os0, cs1, ss1, os1, kcs, kcp, vcs, vcp, T, pos, pos64, rows0, \
          rows1, step_k, step_v, hh, err}
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS, NPU_SYNC_PARAM) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  sync_enter(sy);
   gemv16_body<-1, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  sync_exit(sy);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS, NPU_SYNC_PARAM) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  sync_enter(sy);
   gemv16_body<DT_BF16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  sync_exit(sy);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS, NPU_SYNC_PARAM) {
   prefetch_l2_gemv_row(a, b, out, hh);
-  pdl_enter();
+  sync_enter(sy);
   gemv16_body<DT_F16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  sync_exit(sy);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with
