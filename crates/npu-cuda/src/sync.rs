@@ -116,3 +116,63 @@ pub(crate) fn link(
     }
     counters
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Func;
+    use crate::launch::KernelLaunch;
+
+    /// A launch of `blocks` blocks; `func` 1 stands for a kernel taking the parameter.
+    fn k(func: usize, blocks: u32) -> Launch {
+        Launch::Kernel(KernelLaunch {
+            func: Func(func as _),
+            grid: (blocks, 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+            args: Vec::new(),
+        })
+    }
+
+    fn sync_of(l: &Launch) -> Option<SyncArg> {
+        match l {
+            Launch::Kernel(k) => match k.args.last() {
+                Some(Arg::Sync(s)) => Some(*s),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Consecutive kernels with the parameter share a counter across steps; one without it
+    /// breaks the chain; the bounds are the two grids' blocks less one.
+    #[test]
+    fn consecutive_kernels_share_a_counter() {
+        let mut steps = vec![vec![k(1, 4), k(1, 3)], vec![], vec![k(1, 5), k(2, 9), k(1, 2)]];
+        let n = link(&mut steps, true, |l| l.func.0 as usize == 1);
+        assert_eq!(n, 2);
+        let a = sync_of(&steps[0][0]).unwrap();
+        let b = sync_of(&steps[0][1]).unwrap();
+        let c = sync_of(&steps[2][0]).unwrap();
+        assert!(sync_of(&steps[2][1]).is_none(), "a kernel without it gets none");
+        let d = sync_of(&steps[2][2]).unwrap();
+        assert_eq!((a.wait, a.sig), (Loc::Null, Loc::Sync(0)));
+        assert_eq!(a.raw.sig_lim, 4 + 3 - 1);
+        assert_eq!((b.wait, b.sig), (Loc::Sync(0), Loc::Sync(COUNTER_STRIDE)));
+        assert_eq!((b.raw.wait_n, b.raw.wait_lim, b.raw.sig_lim), (4, 6, 3 + 5 - 1));
+        assert_eq!((c.wait, c.sig), (Loc::Sync(COUNTER_STRIDE), Loc::Null));
+        assert_eq!((c.raw.wait_n, c.raw.wait_lim), (3, 7));
+        assert_eq!((d.wait, d.sig), (Loc::Null, Loc::Null));
+    }
+
+    /// Unlinked, every kernel with the parameter still gets one, waiting programmatically.
+    #[test]
+    fn unlinked_kernels_get_an_empty_argument() {
+        let mut steps = vec![vec![k(1, 4), k(1, 3)]];
+        assert_eq!(link(&mut steps, false, |_| true), 0);
+        for l in &steps[0] {
+            let s = sync_of(l).unwrap();
+            assert_eq!((s.wait, s.sig, s.raw), (Loc::Null, Loc::Null, NpuSync::default()));
+        }
+    }
+}
