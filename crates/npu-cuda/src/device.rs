@@ -655,6 +655,14 @@ impl DevBuf {
         })
     }
 
+    /// Zeroes the allocation (synchronously: the stream's work on it must be done).
+    pub fn zero(&self, what: &str) -> CudaResult<()> {
+        self.dev.bind()?;
+        // SAFETY: the allocation holds at least `len.max(256)` bytes (`zeroed`).
+        unsafe { result::memset_d8_sync(self.ptr, 0, self.len.max(256)) }
+            .map_err(|e| CudaError::driver(format!("zeroing {what}"), e))
+    }
+
     pub fn upload(&self, bytes: &[u8], what: &str) -> CudaResult<()> {
         let n = bytes.len().min(self.len);
         // SAFETY: the destination holds `len` bytes.

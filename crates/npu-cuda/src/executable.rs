@@ -50,7 +50,7 @@ pub struct CudaExecutable {
     persist_off: u64,
     err: DevBuf,
     /// The launch counters of linked kernels (`crate::sync`), zero between runs.
-    sync: DevBuf,
+    counters: DevBuf,
     /// Page-locked staging per plain input and output (None: state, or no staging).
     in_stage: Vec<Option<Pinned>>,
     out_stage: Vec<Option<Pinned>>,
@@ -238,7 +238,7 @@ impl CudaExecutable {
             dev.takes_sync(k.func)
         });
         let sync_bytes = (u64::from(counters.max(1)) * crate::sync::COUNTER_STRIDE) as usize;
-        let sync = DevBuf::zeroed(&dev, sync_bytes, "the launch counters")?;
+        let counter_buf = DevBuf::zeroed(&dev, sync_bytes, "the launch counters")?;
         // The steps' shared scratch, then the region kept across steps.
         let persist_off = align(LT_WORKSPACE + scratch_need);
         let scratch_bytes = persist_off + persist.into_inner().bytes;
@@ -291,7 +291,7 @@ impl CudaExecutable {
             scratch,
             persist_off,
             err,
-            sync,
+            counters: counter_buf,
             in_stage,
             out_stage,
             err_stage,
@@ -472,7 +472,7 @@ impl CudaExecutable {
             scratch: self.scratch.ptr,
             persist: self.scratch.ptr + self.persist_off,
             err: self.err.ptr,
-            sync: self.sync.ptr,
+            sync: self.counters.ptr,
         };
         self.clear.relocate(&bases);
         for step in &mut self.steps {
@@ -580,7 +580,12 @@ impl CudaExecutable {
         }
         self.clear_err(io)?;
         for si in 0..self.steps.len() {
-            self.launch_step(si).map_err(|e| self.step_err(si, e))?;
+            if let Err(e) = self.launch_step(si) {
+                if !capturing {
+                    self.reset_counters();
+                }
+                return Err(self.step_err(si, e));
+            }
         }
         if self.kernel_timing {
             self.dev.record_event(&self.marks.1, capturing)?;
@@ -589,6 +594,14 @@ impl CudaExecutable {
             self.host_io.enqueue_outputs(&self.dev)?;
         }
         Ok(())
+    }
+
+    /// After a run that stopped between launches: its launched kernels finish (none waits on
+    /// one that was not launched), and the counters they left go back to zero
+    /// (`crate::sync`'s invariant), so the next run does not read a stale count.
+    fn reset_counters(&self) {
+        let _ = self.sync();
+        let _ = self.counters.zero("the launch counters");
     }
 
     fn sync(&self) -> CudaResult<()> {
@@ -614,7 +627,10 @@ impl CudaExecutable {
                 .collect::<CudaResult<Vec<_>>>()?;
             for (si, mark) in marks.iter().enumerate().take(self.steps.len()) {
                 self.dev.record_event(mark, false)?;
-                self.launch_step(si).map_err(|e| self.step_err(si, e))?;
+                if let Err(e) = self.launch_step(si) {
+                    self.reset_counters();
+                    return Err(self.step_err(si, e));
+                }
             }
             self.dev.record_event(&marks[self.steps.len()], false)?;
             if io {

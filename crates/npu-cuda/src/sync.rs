@@ -148,18 +148,28 @@ mod tests {
     /// breaks the chain; the bounds are the two grids' blocks less one.
     #[test]
     fn consecutive_kernels_share_a_counter() {
-        let mut steps = vec![vec![k(1, 4), k(1, 3)], vec![], vec![k(1, 5), k(2, 9), k(1, 2)]];
+        let mut steps = vec![
+            vec![k(1, 4), k(1, 3)],
+            vec![],
+            vec![k(1, 5), k(2, 9), k(1, 2)],
+        ];
         let n = link(&mut steps, true, |l| l.func.0 as usize == 1);
         assert_eq!(n, 2);
         let a = sync_of(&steps[0][0]).unwrap();
         let b = sync_of(&steps[0][1]).unwrap();
         let c = sync_of(&steps[2][0]).unwrap();
-        assert!(sync_of(&steps[2][1]).is_none(), "a kernel without it gets none");
+        assert!(
+            sync_of(&steps[2][1]).is_none(),
+            "a kernel without it gets none"
+        );
         let d = sync_of(&steps[2][2]).unwrap();
         assert_eq!((a.wait, a.sig), (Loc::Null, Loc::Sync(0)));
         assert_eq!(a.raw.sig_lim, 4 + 3 - 1);
         assert_eq!((b.wait, b.sig), (Loc::Sync(0), Loc::Sync(COUNTER_STRIDE)));
-        assert_eq!((b.raw.wait_n, b.raw.wait_lim, b.raw.sig_lim), (4, 6, 3 + 5 - 1));
+        assert_eq!(
+            (b.raw.wait_n, b.raw.wait_lim, b.raw.sig_lim),
+            (4, 6, 3 + 5 - 1)
+        );
         assert_eq!((c.wait, c.sig), (Loc::Sync(COUNTER_STRIDE), Loc::Null));
         assert_eq!((c.raw.wait_n, c.raw.wait_lim), (3, 7));
         assert_eq!((d.wait, d.sig), (Loc::Null, Loc::Null));
@@ -172,7 +182,10 @@ mod tests {
         assert_eq!(link(&mut steps, false, |_| true), 0);
         for l in &steps[0] {
             let s = sync_of(l).unwrap();
-            assert_eq!((s.wait, s.sig, s.raw), (Loc::Null, Loc::Null, NpuSync::default()));
+            assert_eq!(
+                (s.wait, s.sig, s.raw),
+                (Loc::Null, Loc::Null, NpuSync::default())
+            );
         }
     }
 }
