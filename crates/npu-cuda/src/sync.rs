@@ -17,9 +17,9 @@ use crate::loc::{Bases, Loc};
 /// one do not share a line with the increments of the next.
 pub(crate) const COUNTER_STRIDE: u64 = 128;
 
-/// Whether launches are linked (`NPU_CUDA_SYNC`, off unless `1` while being measured).
+/// Whether launches are linked (unless `NPU_CUDA_SYNC=0`, for comparisons).
 pub(crate) fn enabled() -> bool {
-    std::env::var("NPU_CUDA_SYNC").is_ok_and(|v| v == "1")
+    std::env::var("NPU_CUDA_SYNC").map_or(true, |v| v != "0")
 }
 
 /// Nanoseconds a waiting block sleeps between two polls of its counter (`NPU_CUDA_SYNC_NS`,
