@@ -29,7 +29,8 @@ struct TD {
 // statement: it waits until the grid before it in the stream has completed and its writes are
 // visible, and only then lets the next grid's blocks be scheduled (k_attn_dec_mma calls
 // pdl_wait(), which waits the same but leaves the next grid to be scheduled as its blocks
-// exit). With the launches made programmatic (device.rs, `Device::pdl`), a kernel's launch
+// exit); a kernel taking NPU_SYNC_PARAM calls sync_enter(sy) / sync_wait(sy) instead, the same
+// unless its predecessor is counted (below). With the launches made programmatic (device.rs, `Device::pdl`), a kernel's launch
 // and block ramp overlap the previous kernel's tail instead of following it; without the
 // attribute both instructions are no-ops.
 // The wait comes before any global memory access (L2 prefetches aside, below), so no kernel
@@ -47,7 +48,7 @@ __device__ __forceinline__ void pdl_trigger_raw() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-// Counter-linked launches (launch.rs, `SyncArg`; linked by `crate::sync`): a kernel whose last
+// Counter-linked launches (sync.rs, `SyncArg`, linked by `sync::link`): a kernel whose last
 // parameter is `NPU_SYNC_PARAM` may wait for its predecessor's blocks through a counter in
 // global memory instead of griddepcontrol.wait, which returns only after the predecessor grid
 // has completed and been flushed (~1.2-1.7 us after its last block's exit on an H100, the
