@@ -111,15 +111,38 @@ fn kernel_heads(src: &str) -> Vec<(&str, &str, &str)> {
         rest = &rest[at + "__global__".len()..];
         let Some(open) = rest.find('{') else { break };
         let head = &rest[..open];
-        let name = head
-            .split('(')
-            .next()
-            .and_then(|h| h.split_whitespace().last())
-            .unwrap_or("?");
-        out.push((name, head, &rest[open + 1..]));
+        out.push((kernel_name(head), head, &rest[open + 1..]));
         rest = &rest[open + 1..];
     }
     out
+}
+
+/// A kernel's name: the identifier before its parameter list, the head's last parenthesized
+/// group (`__launch_bounds__(256)` and the like come before it).
+fn kernel_name(head: &str) -> &str {
+    let Some(close) = head.rfind(')') else {
+        return "?";
+    };
+    let mut depth = 0usize;
+    let mut open = None;
+    for (i, c) in head[..=close].char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    open = Some(i);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let before = open.map_or("", |o| head[..o].trim_end());
+    let start = before
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |i| i + 1);
+    &before[start..]
 }
 
 /// The kernels of `src` whose last parameter is `NPU_SYNC_PARAM` (`crate::sync`).
@@ -718,6 +741,37 @@ mod tests {
             }
         }
         missing
+    }
+
+    /// Kernel names parse past launch bounds, and every library function whose declaration
+    /// takes the counter parameter is known to take it: a launch without it would hand the
+    /// driver too few parameters.
+    #[test]
+    fn sync_kernels_are_found_by_name() {
+        assert_eq!(
+            kernel_name("void __maxnreg__(64) k_gemv16(GEMV16_PARAMS, NPU_SYNC_PARAM) "),
+            "k_gemv16"
+        );
+        assert_eq!(kernel_name("void k(int* p, int (*f)(int))"), "k");
+        let src = library_source();
+        let found = sync_kernels(&src);
+        let declared = src.matches("NPU_SYNC_PARAM) {").count();
+        assert_eq!(found.len(), declared, "{found:?}");
+        let functions = library_functions();
+        for k in &found {
+            assert!(
+                functions.contains(&k.as_str()),
+                "{k} is not a library function"
+            );
+        }
+        for k in [
+            "k_gemv16_bf16",
+            "k_gemv16_rope_f16",
+            "k_attn_dec_mma",
+            "k_attn_combine",
+        ] {
+            assert!(found.iter().any(|f| f == k), "{k} not found: {found:?}");
+        }
     }
 
     #[test]
