@@ -656,9 +656,13 @@ mod tests {
                 .next()
                 .and_then(|h| h.split_whitespace().last())
                 .unwrap_or("?");
-            // L2 prefetch statements may come first (kernels/common.cuh, prefetch_l2)
+            // L2 prefetch statements may come first (kernels/common.cuh, prefetch_l2), and
+            // copies of weights the planner proved read-only (kernels/gemm.cu, preload_*)
             let mut body = rest[open + 1..].trim_start();
-            while body.starts_with("prefetch_l2") || body.starts_with("NPU_TL_TOP") {
+            while ["prefetch_l2", "preload_", "NPU_TL_TOP"]
+                .iter()
+                .any(|p| body.starts_with(p))
+            {
                 body = body.split_once(';').map_or("", |(_, b)| b).trim_start();
             }
             // k_attn_dec_mma waits later where the planner proved its early reads safe

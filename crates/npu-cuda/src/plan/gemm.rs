@@ -68,6 +68,24 @@ fn gemv16_warps(n: usize, k: usize, sms: usize) -> usize {
     }
 }
 
+/// EXPERIMENT exp-wsmem: the bytes of each warp's first weight row that `k_gemv16` copies into
+/// shared memory before its programmatic wait (kernels/gemm.cu, `preload_gemv_row`), for rows
+/// of `k` elements: `NPU_CUDA_X_WSMEM` lists `K:BYTES` pairs (`*` for any K) separated by `;`;
+/// unset or unlisted, 0. Rounded down to a whole 512 bytes (a 16-byte unit a lane) and to the
+/// row, and to what `room` bytes of shared memory hold for `warps` warps.
+fn gemv_wpre(k: usize, warps: usize, room: usize) -> usize {
+    let Ok(spec) = std::env::var("NPU_CUDA_X_WSMEM") else {
+        return 0;
+    };
+    let asked = spec
+        .split(';')
+        .filter_map(|kv| kv.split_once(':'))
+        .find(|(key, _)| *key == "*" || key.parse() == Ok(k))
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    asked.min(k * 2).min(room / warps.max(1)) / 512 * 512
+}
+
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm(
@@ -239,6 +257,15 @@ impl Planner<'_> {
                     kern.args.push(Arg::Td(norm.0));
                     kern.args.push(Arg::I32(norm.1));
                     kern.args.push(Arg::F32(norm.2));
+                    // the weight rows' first bytes before the wait, where no step writes them
+                    let room = (self.dev.smem_optin as usize).saturating_sub(smem + 1024);
+                    let wpre = if self.read_only(&bn) {
+                        gemv_wpre(k, warps, room)
+                    } else {
+                        0
+                    };
+                    kern.smem += (warps * wpre) as u32;
+                    kern.args.push(Arg::I32(wpre as i32));
                     Launch::Kernel(kern)
                 }
                 other => other,
