@@ -1,6 +1,6 @@
 //! `k_gemv16` over weights in a weight slot may copy each warp's first row bytes into shared
 //! memory before its programmatic wait (exp-wsmem, `NPU_CUDA_X_WSMEM`, kernels/gemm.cu
-//! `preload_gemv_row`): the preloaded units are summed in the order the streamed ones were, so
+//! `preload_gemv_row`, the `k_gemv16p` kernels): the preloaded units are summed in the order the streamed ones were, so
 //! every size gives the bits of the GEMV without the copies, and those are near the CPU's.
 //! Its own test binary and one test: the switch is an environment variable read at prepare
 //! time. Skips where there is no device.
@@ -147,7 +147,15 @@ fn preloaded_weight_rows_give_the_streamed_gemvs_bits() {
         );
         for spec in ["*:512", "*:2048", "*:65536", "8960:16384"] {
             std::env::set_var("NPU_CUDA_X_WSMEM", spec);
-            let (got, _) = cuda_run(&cuda, &p, &w, &ins);
+            let (got, kernels) = cuda_run(&cuda, &p, &w, &ins);
+            // every case's rows take some of each size but 8960:16384's, which only the
+            // 8960-element rows take
+            let preloads = spec.starts_with('*') || k == 8960;
+            assert_eq!(
+                kernels.iter().all(|k| k.starts_with("k_gemv16p")),
+                preloads,
+                "{what}, {spec}: {kernels:?}"
+            );
             let diff = got
                 .iter()
                 .zip(&want)

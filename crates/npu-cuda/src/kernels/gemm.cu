@@ -267,16 +267,28 @@ __device__ __forceinline__ i64 gv_col(i64 g, int warp, unsigned hh) {
   return (i64)row * 2 * hh + (pair - row * hh) + (warp >> 2) * hh;
 }
 
-// k_gemv16's weights before the programmatic wait. With `wpre` > 0 warp w copies the first
-// wpre bytes of its first column's weight row into its slice of shared memory (past a's
-// staging and the norm weight's, `gv_wpre_at`) by cp.async, one group the body's staging wait
-// also waits for: the copies stream while the previous grid drains, where a block's first
-// weight bytes otherwise wait for the release. Only where the planner proved the weight
-// read-only (`Planner::read_only`: no step writes its slot), so nothing is read that a grid
-// still writes. Lane 0 then fetches the next GV_PREFETCH_ROW bytes of the row into L2 (a whole
-// row at K <= 2048 and wpre 0). wpre: 0 or a multiple of 512 (a 16-byte unit a lane), at most
-// the row's bytes (the planner's). Address arithmetic on the parameters only before the copies.
+// k_gemv16's prefetch: warp w's lane 0 fetches the first GV_PREFETCH_ROW bytes of its first
+// column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
+// wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
 #define GV_PREFETCH_ROW 4096
+__device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out, unsigned hh = 0) {
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 n = gv_col(blockIdx.x, threadIdx.x >> 5, hh);
+  if ((threadIdx.x & 31) != 0 || n >= N) return;
+  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
+  prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
+}
+
+// k_gemv16p (k_gemv16 with its weights' first bytes before the programmatic wait): warp w
+// copies the first `wpre` bytes of its first column's weight row into its slice of shared
+// memory (past a's staging and the norm weight's, `gv_wpre_at`) by cp.async, one group that
+// the body's staging wait also waits for, so the copies stream while the previous grid
+// drains, where a block's first weight bytes otherwise wait for the release. The planner
+// launches it only where it proved the weight read-only (`Planner::read_only`: no step writes
+// its slot), so nothing is read that a grid may still write. Lane 0 then fetches the next
+// GV_PREFETCH_ROW bytes of the row into L2. wpre: a multiple of 512 (a 16-byte unit a lane),
+// at most the row's bytes. Address arithmetic on the parameters only before the copies.
 __device__ __forceinline__ uint4* gv_wpre_at(uint4* as4, int nv, int has_norm, int npre, int warp) {
   return as4 + nv * (1 + (has_norm == 1)) + warp * npre;
 }
@@ -288,14 +300,12 @@ __device__ __forceinline__ void preload_gemv_row(const TD& a, const TD& b, const
   i64 n = gv_col(blockIdx.x, warp, hh);
   // a warp past N streams row N - 1, as the body does
   const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + min(n, N - 1) * b.st[r - 1];
-  if (wpre > 0) {
-    extern __shared__ uint4 as4[];
-    const int npre = wpre >> 4;
-    uint4* dst = gv_wpre_at(as4, (int)(K / 8), has_norm, npre, warp);
-    const u64 pol = l2_evict_first();
-    for (int v = lane; v < npre; v += 32) cp_async16_hint(dst + v, (const uint4*)row + v, true, pol);
-    cp_async_commit();
-  }
+  extern __shared__ uint4 as4[];
+  const int npre = wpre >> 4;
+  uint4* dst = gv_wpre_at(as4, (int)(K / 8), has_norm, npre, warp);
+  const u64 pol = l2_evict_first();
+  for (int v = lane; v < npre; v += 32) cp_async16_hint(dst + v, (const uint4*)row + v, true, pol);
+  cp_async_commit();
   if (lane != 0 || n >= N || K * 2 <= wpre) return;
   prefetch_l2(row + wpre / 2, min((u64)K * 2 - wpre, (u64)GV_PREFETCH_ROW));
 }
@@ -398,7 +408,7 @@ __device__ __forceinline__ float gv_scale8(uint4* as4, int v, uint4 w, int dt, f
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
 // ROPE: k_gemv16_rope (one batch, N a whole number of rows, no activation; the planner
 // checks), columns as gv_col maps them for rp.hh and the RoPE / cache epilogue.
-template <int DT, bool ROPE>
+template <int DT, bool ROPE, bool PRE>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
                                             float eps, int wpre, const GvRope& rp) {
@@ -420,9 +430,9 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   int nv = (int)(K / 8);
   i64 g = blockIdx.x;
   const uint4* row = row_of(g);
-  // the first group's first wpre / 16 units wait in shared memory (preload_gemv_row)
+  // PRE: the first group's first wpre / 16 units wait in shared memory (preload_gemv_row)
   uint4 w[GV_U];
-  gv_load(w, row, lane + (wpre >> 4), nv);
+  gv_load(w, row, lane + (PRE ? wpre >> 4 : 0), nv);
   // k_gemv16_rope: the first group's epilogue inputs (GvRopeIn) and bias, in flight with it
   GvRopeIn ep{};
   float bv = 0.0f;
@@ -525,7 +535,7 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
     i64 n = gv_col(g, warp, hh);
     float s = 0.0f;
     int v0 = lane;
-    if (wpre > 0 && g == blockIdx.x) {
+    if (PRE && g == blockIdx.x) {
       // read from the kernel's parameters here, not held in registers across the staging
       const int npre = wpre >> 4;
       const uint4* wsm = gv_wpre_at(as4, nv, has_norm, npre, warp);
@@ -537,7 +547,9 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
         for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
       }
     }
-    while (v0 < nv) {
+    // the preloaded units come first in the streamed order (a lane's every 32nd unit), so the
+    // sums are k_gemv16's bit for bit
+    if (!PRE || v0 < nv) for (;;) {
 #pragma unroll
       for (int u = 0; u < GV_U; ++u) {
         int v = v0 + 32 * u;
@@ -601,19 +613,34 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
       float eps, int wpre
 #define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps, wpre
 extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS) {
-  preload_gemv_row(a, b, out, has_norm, wpre);
+  prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<-1, false, false>(GEMV16_ARGS, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS) {
-  preload_gemv_row(a, b, out, has_norm, wpre);
+  prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_BF16, false, false>(GEMV16_ARGS, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out);
+  pdl_enter();
+  gemv16_body<DT_F16, false, false>(GEMV16_ARGS, GvRope{});
+}
+extern "C" __global__ void __maxnreg__(64) k_gemv16p(GEMV16_PARAMS) {
   preload_gemv_row(a, b, out, has_norm, wpre);
   pdl_enter();
-  gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<-1, false, true>(GEMV16_ARGS, GvRope{});
+}
+extern "C" __global__ void __maxnreg__(64) k_gemv16p_bf16(GEMV16_PARAMS) {
+  preload_gemv_row(a, b, out, has_norm, wpre);
+  pdl_enter();
+  gemv16_body<DT_BF16, false, true>(GEMV16_ARGS, GvRope{});
+}
+extern "C" __global__ void __maxnreg__(64) k_gemv16p_f16(GEMV16_PARAMS) {
+  preload_gemv_row(a, b, out, has_norm, wpre);
+  pdl_enter();
+  gemv16_body<DT_F16, false, true>(GEMV16_ARGS, GvRope{});
 }
 
 // k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch
@@ -627,19 +654,34 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   GvRope{c0, s0, c1, s1, o0, o1, kc, vc, cs0, ss0, os0, cs1, ss1, os1, kcs, kcp, vcs, vcp, T, pos, pos64, rows0, \
          rows1, step_k, step_v, hh, err}
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
-  preload_gemv_row(a, b, out, has_norm, wpre, hh);
+  prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<-1, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<-1, true, false>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
-  preload_gemv_row(a, b, out, has_norm, wpre, hh);
+  prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<DT_BF16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_BF16, true, false>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+  prefetch_l2_gemv_row(a, b, out, hh);
+  pdl_enter();
+  gemv16_body<DT_F16, true, false>(GEMV16_ARGS, GV_ROPE_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   preload_gemv_row(a, b, out, has_norm, wpre, hh);
   pdl_enter();
-  gemv16_body<DT_F16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<-1, true, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+  preload_gemv_row(a, b, out, has_norm, wpre, hh);
+  pdl_enter();
+  gemv16_body<DT_BF16, true, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+  preload_gemv_row(a, b, out, has_norm, wpre, hh);
+  pdl_enter();
+  gemv16_body<DT_F16, true, true>(GEMV16_ARGS, GV_ROPE_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

@@ -227,6 +227,15 @@ impl Planner<'_> {
             } else {
                 groups
             };
+            // exp-wsmem: the weight rows' first bytes before the wait (k_gemv16p), where no
+            // step writes them
+            let room = (self.dev.smem_optin as usize).saturating_sub(smem + 1024);
+            let wpre = if raw16 && self.read_only(&bn) {
+                gemv_wpre(k, warps, room)
+            } else {
+                0
+            };
+            let name = if wpre > 0 { "k_gemv16p" } else { name };
             // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16)
             let func = if raw16 {
                 self.f_dt(name, &[dtype_code(a_dtype), dtype_code(b_dtype)])
@@ -237,7 +246,7 @@ impl Planner<'_> {
                 func,
                 (blocks as u32, batches.max(1) as u32, 1),
                 32 * warps as u32,
-                smem as u32,
+                (smem + warps * wpre) as u32,
                 vec![
                     Arg::Td(an),
                     Arg::Td(bn),
@@ -257,14 +266,6 @@ impl Planner<'_> {
                     kern.args.push(Arg::Td(norm.0));
                     kern.args.push(Arg::I32(norm.1));
                     kern.args.push(Arg::F32(norm.2));
-                    // the weight rows' first bytes before the wait, where no step writes them
-                    let room = (self.dev.smem_optin as usize).saturating_sub(smem + 1024);
-                    let wpre = if self.read_only(&bn) {
-                        gemv_wpre(k, warps, room)
-                    } else {
-                        0
-                    };
-                    kern.smem += (warps * wpre) as u32;
                     kern.args.push(Arg::I32(wpre as i32));
                     Launch::Kernel(kern)
                 }
