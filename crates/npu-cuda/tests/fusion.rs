@@ -522,7 +522,12 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
             std::env::remove_var("NPU_CUDA_GEMV_ROPE");
             x.expect("prepare").library_kernels()
         };
-        let fused_in = |ks: Vec<&str>| ks.iter().any(|k| k.starts_with("k_gemv16_rope"));
+        // k_gemv16p_rope where the weight rows' first bytes are copied before the wait
+        // (NPU_CUDA_X_WSMEM)
+        let fused_in = |ks: Vec<&str>| {
+            ks.iter()
+                .any(|k| k.starts_with("k_gemv16_rope") || k.starts_with("k_gemv16p_rope"))
+        };
         assert!(fused_in(kernels(None)), "{what}: {:?}", kernels(None));
         assert!(!fused_in(kernels(Some("0"))), "{what}");
         let fused = run_switched(&gpu, &p, &ins, "NPU_CUDA_GEMV_ROPE", None);

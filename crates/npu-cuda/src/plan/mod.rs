@@ -141,17 +141,28 @@ impl Planner<'_> {
         self.dev.func(name)
     }
 
-    /// Whether the operand lies in a weight or constant slot that no step of the program
-    /// writes: no grid writes it, so a kernel may read it before its programmatic wait.
+    /// Whether the operand lies in an input, weight or constant slot that no step of the
+    /// program writes: no grid of a run writes it (a run's inputs are uploaded in stream order
+    /// before its first kernel, weights and constants at prepare), so a kernel may read it
+    /// before its programmatic wait. Outputs, the arena and donated inputs (state the run
+    /// updates in place) are written.
     fn read_only(&self, op: &TdArg) -> bool {
-        let Loc::Slot(slot @ (Slot::Weight(_) | Slot::Const(_)), _) = op.loc else {
+        let Loc::Slot(slot @ (Slot::Input(_) | Slot::Weight(_) | Slot::Const(_)), _) = op.loc
+        else {
             return false;
         };
-        !self
-            .program
-            .steps
-            .iter()
-            .any(|s| s.outputs.iter().any(|o| o.slot == slot))
+        let donated = |i| {
+            self.program
+                .outputs
+                .iter()
+                .any(|o| o.donates_input == Some(i))
+        };
+        !matches!(slot, Slot::Input(i) if donated(i))
+            && !self
+                .program
+                .steps
+                .iter()
+                .any(|s| s.outputs.iter().any(|o| o.slot == slot))
     }
 
     /// `name`, or its instance for one 16-bit float dtype (`Device::func_dt`).
