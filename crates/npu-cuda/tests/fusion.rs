@@ -534,14 +534,11 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
             x.expect("prepare").library_kernels()
         };
         let fused_in = |ks: &[&str], name: &str| ks.iter().any(|k| k.starts_with(name));
-        // k_gemv16p_rope where the weight rows' first bytes are copied before the wait (the
-        // default for a weight slot), k_gemv16_rope without the copies
+        // k_gemv16p_rope where the weight rows' first bytes are copied before the wait (every
+        // row's, whatever its length), k_gemv16_rope without the copies
         let mut fused = Vec::new();
-        for (preload, name) in [(None, "k_gemv16p_rope"), (Some("0"), "k_gemv16_rope")] {
-            match preload {
-                Some(v) => std::env::set_var("NPU_CUDA_GEMV_PRELOAD", v),
-                None => std::env::remove_var("NPU_CUDA_GEMV_PRELOAD"),
-            }
+        for (preload, name) in [("*:65536", "k_gemv16p_rope"), ("0", "k_gemv16_rope")] {
+            std::env::set_var("NPU_CUDA_GEMV_PRELOAD", preload);
             let on = kernels(None);
             let off = kernels(Some("0"));
             assert!(fused_in(&on, name), "{what}: {on:?}");

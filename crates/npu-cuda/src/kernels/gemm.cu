@@ -267,19 +267,11 @@ __device__ __forceinline__ i64 gv_col(i64 g, int warp, unsigned hh) {
   return (i64)row * 2 * hh + (pair - row * hh) + (warp >> 2) * hh;
 }
 
-// The weight row of warp w's first column in k_gemv16's first group (row N - 1 for a warp
-// past N, which streams that row as the body does), and whether the column exists. Address
-// arithmetic on the kernel's parameters only: no global memory is read, so it may run before
-// the programmatic wait.
-struct GvFirstRow {
-  const unsigned short* row;
-  bool live;
-};
-__device__ __forceinline__ GvFirstRow gv_first_row(const TD& a, const TD& b, const TD& out, unsigned hh) {
-  int r = out.rank;
-  i64 N = out.sh[r - 1];
-  i64 n = gv_col(blockIdx.x, threadIdx.x >> 5, hh);
-  return {(const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + min(n, N - 1) * b.st[r - 1], n < N};
+// Weight row n of k_gemv16's b in batch blockIdx.y (r: out's rank). Address arithmetic on
+// the kernel's parameters only: no global memory is read, so it may run before the
+// programmatic wait.
+__device__ __forceinline__ const unsigned short* gv_row_ptr(const TD& b, int r, i64 n) {
+  return (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
 }
 
 // k_gemv16's prefetch: warp w's lane 0 fetches the first GV_PREFETCH_ROW bytes of its first
@@ -287,10 +279,11 @@ __device__ __forceinline__ GvFirstRow gv_first_row(const TD& a, const TD& b, con
 // wait hit L2.
 #define GV_PREFETCH_ROW 4096
 __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out, unsigned hh = 0) {
-  if ((threadIdx.x & 31) != 0) return;
-  const GvFirstRow f = gv_first_row(a, b, out, hh);
-  if (!f.live) return;
-  prefetch_l2(f.row, min((u64)a.sh[out.rank - 1] * 2, (u64)GV_PREFETCH_ROW));
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  i64 n = gv_col(blockIdx.x, threadIdx.x >> 5, hh);
+  if ((threadIdx.x & 31) != 0 || n >= N) return;
+  prefetch_l2(gv_row_ptr(b, r, n), min((u64)K * 2, (u64)GV_PREFETCH_ROW));
 }
 
 // k_gemv16p (k_gemv16 with its weights' first bytes before the programmatic wait): warp w
@@ -307,17 +300,20 @@ __device__ __forceinline__ uint4* gv_wpre_at(uint4* as4, int nv, int has_norm, i
 }
 __device__ __forceinline__ void preload_gemv_row(const TD& a, const TD& b, const TD& out, int has_norm, int wpre,
                                                  unsigned hh = 0) {
-  const i64 K = a.sh[out.rank - 1];
-  const int lane = threadIdx.x & 31;
-  const GvFirstRow f = gv_first_row(a, b, out, hh);
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  i64 n = gv_col(blockIdx.x, warp, hh);
+  // a warp past N streams row N - 1, as the body does
+  const unsigned short* row = gv_row_ptr(b, r, min(n, N - 1));
   extern __shared__ uint4 as4[];
   const int npre = wpre >> 4;
-  uint4* dst = gv_wpre_at(as4, (int)(K / 8), has_norm, npre, threadIdx.x >> 5);
+  uint4* dst = gv_wpre_at(as4, (int)(K / 8), has_norm, npre, warp);
   const u64 pol = l2_evict_first();
-  for (int v = lane; v < npre; v += 32) cp_async16_hint(dst + v, (const uint4*)f.row + v, true, pol);
+  for (int v = lane; v < npre; v += 32) cp_async16_hint(dst + v, (const uint4*)row + v, true, pol);
   cp_async_commit();
-  if (lane != 0 || !f.live || K * 2 <= wpre) return;
-  prefetch_l2(f.row + wpre / 2, min((u64)K * 2 - wpre, (u64)GV_PREFETCH_ROW));
+  if (lane != 0 || n >= N || K * 2 <= wpre) return;
+  prefetch_l2(row + wpre / 2, min((u64)K * 2 - wpre, (u64)GV_PREFETCH_ROW));
 }
 
 // Issues the copies of n 16-byte units from `src` to shared `dst` by cp.async (every unit in
@@ -620,37 +616,37 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
 
 #define GEMV16_PARAMS                                                                                  \
   TD a, TD b, TD bias, int has_bias, float alpha, float beta, int act, TD out, TD nw, int has_norm, \
-      float eps, int wpre
-#define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps, wpre
+      float eps
+#define GEMV16_ARGS a, b, bias, has_bias, alpha, beta, act, out, nw, has_norm, eps
 extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<-1, false, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<-1, false, false>(GEMV16_ARGS, 0, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_BF16, false, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_BF16, false, false>(GEMV16_ARGS, 0, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_F16, false, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_F16, false, false>(GEMV16_ARGS, 0, GvRope{});
 }
-extern "C" __global__ void __maxnreg__(64) k_gemv16p(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16p(GEMV16_PARAMS, int wpre) {
   preload_gemv_row(a, b, out, has_norm, wpre);
   pdl_enter();
-  gemv16_body<-1, false, true>(GEMV16_ARGS, GvRope{});
+  gemv16_body<-1, false, true>(GEMV16_ARGS, wpre, GvRope{});
 }
-extern "C" __global__ void __maxnreg__(64) k_gemv16p_bf16(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16p_bf16(GEMV16_PARAMS, int wpre) {
   preload_gemv_row(a, b, out, has_norm, wpre);
   pdl_enter();
-  gemv16_body<DT_BF16, false, true>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_BF16, false, true>(GEMV16_ARGS, wpre, GvRope{});
 }
-extern "C" __global__ void __maxnreg__(64) k_gemv16p_f16(GEMV16_PARAMS) {
+extern "C" __global__ void __maxnreg__(64) k_gemv16p_f16(GEMV16_PARAMS, int wpre) {
   preload_gemv_row(a, b, out, has_norm, wpre);
   pdl_enter();
-  gemv16_body<DT_F16, false, true>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_F16, false, true>(GEMV16_ARGS, wpre, GvRope{});
 }
 
 // k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch
@@ -666,32 +662,32 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16p_f16(GEMV16_PARAMS) {
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<-1, true, false>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<-1, true, false>(GEMV16_ARGS, 0, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<DT_BF16, true, false>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_BF16, true, false>(GEMV16_ARGS, 0, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<DT_F16, true, false>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_F16, true, false>(GEMV16_ARGS, 0, GV_ROPE_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope(GEMV16_PARAMS, int wpre, GV_ROPE_PARAMS) {
   preload_gemv_row(a, b, out, has_norm, wpre, hh);
   pdl_enter();
-  gemv16_body<-1, true, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<-1, true, true>(GEMV16_ARGS, wpre, GV_ROPE_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_bf16(GEMV16_PARAMS, int wpre, GV_ROPE_PARAMS) {
   preload_gemv_row(a, b, out, has_norm, wpre, hh);
   pdl_enter();
-  gemv16_body<DT_BF16, true, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_BF16, true, true>(GEMV16_ARGS, wpre, GV_ROPE_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_f16(GEMV16_PARAMS, int wpre, GV_ROPE_PARAMS) {
   preload_gemv_row(a, b, out, has_norm, wpre, hh);
   pdl_enter();
-  gemv16_body<DT_F16, true, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_F16, true, true>(GEMV16_ARGS, wpre, GV_ROPE_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with
