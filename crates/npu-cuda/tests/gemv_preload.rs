@@ -159,12 +159,9 @@ fn preloaded_weight_rows_give_the_streamed_gemvs_bits() {
                 None => std::env::remove_var("NPU_CUDA_GEMV_PRELOAD"),
             }
             let (got, kernels) = cuda_run(&cuda, &p, &w, &ins);
-            // rows of 8 KB and more take the default amount, every row the `*` ones,
-            // 8960:16384 only the 8960-element rows
-            let preloads = match spec {
-                None => k * 2 >= 8192,
-                Some(s) => s.starts_with('*') || k == 8960,
-            };
+            // every row takes the default and `*` amounts, 8960:16384 only the 8960-element
+            // rows
+            let preloads = spec.is_none_or(|s| s.starts_with('*') || k == 8960);
             assert_eq!(
                 kernels.iter().all(|k| k.starts_with("k_gemv16p")),
                 preloads,

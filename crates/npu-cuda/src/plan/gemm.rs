@@ -69,19 +69,18 @@ fn gemv16_warps(n: usize, k: usize, sms: usize) -> usize {
 }
 
 /// The most bytes of its first weight row a `k_gemv16p` warp copies into shared memory
-/// before its programmatic wait.
+/// before its programmatic wait: the whole row of every Qwen2.5-1.5B GEMV but the down
+/// projection's, whose first 16 KB. Measured on an H100 (docs/cuda.md, twenty-fifth session):
+/// decode at 32000 of 32768 -0.060 ms, at 1000 of 2048 +0.008; the down rows' copies alone
+/// +0.045 / +0.011, so they go with the others or not at all.
 const GEMV_PRELOAD_MAX: usize = 16384;
-/// The shortest weight row (bytes) that takes the copies by default: Qwen2.5-1.5B's down
-/// projection (17.9 KB rows) gained with them at 32000 of 32768, its rows of 1536 (3 KB) lost
-/// at 1000 (docs/cuda.md, twenty-fifth session).
-const GEMV_PRELOAD_MIN_ROW: usize = 8192;
 
 /// The bytes of each warp's first weight row that `k_gemv16p` copies into shared memory
 /// before its programmatic wait (kernels/gemm.cu, `preload_gemv_row`), for rows of `k`
-/// elements: rows of at least `GEMV_PRELOAD_MIN_ROW` bytes up to `GEMV_PRELOAD_MAX`, as far as
-/// `room` bytes of shared memory hold it for `warps` warps, in whole 512-byte rounds (a
-/// 16-byte unit a lane). 0: none. `NPU_CUDA_GEMV_PRELOAD=0` turns the copies off; `K:BYTES`
-/// pairs separated by `;` (`*` for any K, an unlisted K none) ask other amounts, for A/B runs.
+/// elements: the row up to `GEMV_PRELOAD_MAX`, as far as `room` bytes of shared memory hold
+/// it for `warps` warps, in whole 512-byte rounds (a 16-byte unit a lane). 0: none.
+/// `NPU_CUDA_GEMV_PRELOAD=0` turns the copies off; `K:BYTES` pairs separated by `;` (`*` for
+/// any K, an unlisted K none) ask other amounts, for A/B runs.
 fn gemv_preload(k: usize, warps: usize, room: usize) -> usize {
     let asked = match std::env::var("NPU_CUDA_GEMV_PRELOAD") {
         Ok(spec) => spec
@@ -90,8 +89,7 @@ fn gemv_preload(k: usize, warps: usize, room: usize) -> usize {
             .find(|(key, _)| *key == "*" || key.parse() == Ok(k))
             .and_then(|(_, v)| v.parse::<usize>().ok())
             .unwrap_or(0),
-        Err(_) if k * 2 >= GEMV_PRELOAD_MIN_ROW => GEMV_PRELOAD_MAX,
-        Err(_) => 0,
+        Err(_) => GEMV_PRELOAD_MAX,
     };
     asked.min(k * 2).min(room / warps.max(1)) / 512 * 512
 }
