@@ -41,6 +41,8 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_gemv",
     "k_gemv16",
     "k_gemv16_rope",
+    "k_gemv16p",
+    "k_gemv16p_rope",
     "k_im2col2",
     "k_im2col8",
     "k_conv_epilogue2",
@@ -68,6 +70,12 @@ pub(crate) const DTYPE_INSTANCES: &[[&str; 3]] = &[
     ["k_rms_norm", "k_rms_norm_bf16", "k_rms_norm_f16"],
     ["k_gemv16", "k_gemv16_bf16", "k_gemv16_f16"],
     ["k_gemv16_rope", "k_gemv16_rope_bf16", "k_gemv16_rope_f16"],
+    ["k_gemv16p", "k_gemv16p_bf16", "k_gemv16p_f16"],
+    [
+        "k_gemv16p_rope",
+        "k_gemv16p_rope_bf16",
+        "k_gemv16p_rope_f16",
+    ],
     [
         "k_epilogue_rms",
         "k_epilogue_rms_bf16",
@@ -330,6 +338,8 @@ impl Device {
             "k_gemv",
             "k_gemv16",
             "k_gemv16_rope",
+            "k_gemv16p",
+            "k_gemv16p_rope",
         ];
         let instances = DTYPE_INSTANCES.iter().filter(|i| big_smem.contains(&i[0]));
         for k in big_smem
@@ -656,9 +666,13 @@ mod tests {
                 .next()
                 .and_then(|h| h.split_whitespace().last())
                 .unwrap_or("?");
-            // L2 prefetch statements may come first (kernels/common.cuh, prefetch_l2)
+            // L2 prefetch statements may come first (kernels/common.cuh, prefetch_l2), and
+            // copies of weights the planner proved read-only (kernels/gemm.cu, preload_*)
             let mut body = rest[open + 1..].trim_start();
-            while body.starts_with("prefetch_l2") || body.starts_with("NPU_TL_TOP") {
+            while ["prefetch_l2", "preload_", "NPU_TL_TOP"]
+                .iter()
+                .any(|p| body.starts_with(p))
+            {
                 body = body.split_once(';').map_or("", |(_, b)| b).trim_start();
             }
             // k_attn_dec_mma waits later where the planner proved its early reads safe

@@ -9,12 +9,14 @@ mod common;
 
 use common::{
     assert_near_cpu, bind, device_or_skip, inputs, inputs_vec, io, rope_cache_group,
-    rope_cache_steps, run, values, HEADS, HEAD_DIM, KV_HEADS,
+    rope_cache_steps, run, run_inputs, values, weights_of, HEADS, HEAD_DIM, KV_HEADS,
 };
 use npu_cuda::CudaBackend;
 use npu_ir::DType;
-use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
-use npu_runtime::{Backend, HostTensor, MemoryWeights};
+use npu_program::program::{
+    dense_strides, Binding, Kernel, Program, Recipe, Slot, SourceTensor, Step, WeightSlot,
+};
+use npu_runtime::{Backend, HostTensor};
 
 /// The outputs of `p` prepared with the switch `var` set to `value` (unset for None), which
 /// the planner reads at prepare time; unset again after.
@@ -349,10 +351,10 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize, after_residual: bool) -> Prog
     };
     // the cos and sin rows broadcast over `heads`
     let tables = |heads: usize| {
-        [3, 4].map(|i| bind(Slot::Input(i), 0, &[1, heads, 1, d], &[d, 0, d, 1], dt))
+        [2, 3].map(|i| bind(Slot::Input(i), 0, &[1, heads, 1, d], &[d, 0, d, 1], dt))
     };
     let ([qcos, qsin], [kcos, ksin]) = (tables(h), tables(kvh));
-    let pos = bind(Slot::Input(6), 0, &[1], &[1], DType::I64);
+    let pos = bind(Slot::Input(5), 0, &[1], &[1], DType::I64);
     let step = |kernel, inputs, outputs| Step {
         kernel,
         inputs,
@@ -371,8 +373,8 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize, after_residual: bool) -> Prog
             norm: None,
         },
         vec![
-            dense(Slot::Input(9), 0, &[1, kd]),
-            bind(Slot::Input(10), 0, &[kd, k], &[1, kd], dt),
+            dense(Slot::Input(8), 0, &[1, kd]),
+            bind(Slot::Input(9), 0, &[kd, k], &[1, kd], dt),
             dense(Slot::Input(0), 0, &[1, k]),
         ],
         vec![dense(Slot::Arena, xo, &[1, k])],
@@ -384,7 +386,6 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize, after_residual: bool) -> Prog
     };
     let mut ios = vec![
         io("x", &[1, k], dt),
-        io("w", &[n, k], dt),
         io("bias", &[1, n], dt),
         io("cos", &[1, 1, 1, d], dt),
         io("sin", &[1, 1, 1, d], dt),
@@ -407,17 +408,27 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize, after_residual: bool) -> Prog
             io("v_cache_out", &cache, dt),
             io("qkv", &[1, n], dt),
         ],
-        sources: Vec::new(),
-        weights: Vec::new(),
+        // the projection's weight a weight slot, which the GEMV may read before its wait
+        sources: vec![SourceTensor {
+            key: "w".into(),
+            shape: vec![n, k],
+            dtype: dt,
+        }],
+        weights: vec![WeightSlot {
+            name: "w".into(),
+            shape: vec![n, k],
+            dtype: dt,
+            recipe: Recipe::Load { source: 0 },
+        }],
         constants: Vec::new(),
         arena_bytes: (xo + k * esz) as u64,
         steps: vec![
             copy(
-                dense(Slot::Input(7), 0, &cache),
+                dense(Slot::Input(6), 0, &cache),
                 dense(Slot::Arena, kc, &cache),
             ),
             copy(
-                dense(Slot::Input(8), 0, &cache),
+                dense(Slot::Input(7), 0, &cache),
                 dense(Slot::Arena, vc, &cache),
             ),
         ]
@@ -433,9 +444,9 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize, after_residual: bool) -> Prog
             },
             vec![
                 x,
-                bind(Slot::Input(1), 0, &[k, n], &[1, k], dt),
-                dense(Slot::Input(2), 0, &[1, n]),
-                dense(Slot::Input(5), 0, &[k]),
+                bind(Slot::Weight(0), 0, &[k, n], &[1, k], dt),
+                dense(Slot::Input(1), 0, &[1, n]),
+                dense(Slot::Input(4), 0, &[k]),
             ],
             vec![dense(Slot::Arena, 0, &[1, n])],
         )])
@@ -518,17 +529,32 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
                 Some(v) => std::env::set_var("NPU_CUDA_GEMV_ROPE", v),
                 None => std::env::remove_var("NPU_CUDA_GEMV_ROPE"),
             }
-            let x = gpu.prepare_cuda(&p, &MemoryWeights::default());
+            let x = gpu.prepare_cuda(&p, &weights_of(&p, &ins));
             std::env::remove_var("NPU_CUDA_GEMV_ROPE");
             x.expect("prepare").library_kernels()
         };
-        let fused_in = |ks: Vec<&str>| ks.iter().any(|k| k.starts_with("k_gemv16_rope"));
-        assert!(fused_in(kernels(None)), "{what}: {:?}", kernels(None));
-        assert!(!fused_in(kernels(Some("0"))), "{what}");
-        let fused = run_switched(&gpu, &p, &ins, "NPU_CUDA_GEMV_ROPE", None);
+        let fused_in = |ks: &[&str], name: &str| ks.iter().any(|k| k.starts_with(name));
+        // k_gemv16p_rope where the weight rows' first bytes are copied before the wait (every
+        // row's, whatever its length), k_gemv16_rope without the copies
+        let mut fused = Vec::new();
+        for (preload, name) in [("*:65536", "k_gemv16p_rope"), ("0", "k_gemv16_rope")] {
+            std::env::set_var("NPU_CUDA_GEMV_PRELOAD", preload);
+            let on = kernels(None);
+            let off = kernels(Some("0"));
+            assert!(fused_in(&on, name), "{what}: {on:?}");
+            assert!(
+                !fused_in(&off, "k_gemv16_rope") && !fused_in(&off, "k_gemv16p_rope"),
+                "{what}: {off:?}"
+            );
+            fused.push(run_switched(&gpu, &p, &ins, "NPU_CUDA_GEMV_ROPE", None));
+            std::env::remove_var("NPU_CUDA_GEMV_PRELOAD");
+        }
         let apart = run_switched(&gpu, &p, &ins, "NPU_CUDA_GEMV_ROPE", Some("0"));
-        assert_same_bits(&what, &fused, &apart);
-        assert_near_cpu(&what, &p, &ins, &fused);
+        for f in &fused {
+            assert_same_bits(&what, f, &apart);
+        }
+        let fused = &fused[0];
+        assert_near_cpu(&what, &p, &ins, fused);
     }
     // a position past the cache or before it: the fused launch refuses the run, as the
     // index_copy steps do
@@ -549,8 +575,8 @@ fn qkv_gemv_runs_the_rope_cache_group_in_its_epilogue_bit_for_bit() {
                 ("v_cache", values(kvh * t * d, 6, 2.0)),
             ],
         );
-        let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
-        let mut x = gpu.prepare(&p, &MemoryWeights::default()).expect("prepare");
+        let refs = run_inputs(&p, &ins);
+        let mut x = gpu.prepare(&p, &weights_of(&p, &ins)).expect("prepare");
         let err = x
             .run_all(&refs)
             .map(|_| ())

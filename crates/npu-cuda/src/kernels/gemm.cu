@@ -267,17 +267,53 @@ __device__ __forceinline__ i64 gv_col(i64 g, int warp, unsigned hh) {
   return (i64)row * 2 * hh + (pair - row * hh) + (warp >> 2) * hh;
 }
 
+// Weight row n of k_gemv16's b in batch blockIdx.y (r: out's rank). Address arithmetic on
+// the kernel's parameters only: no global memory is read, so it may run before the
+// programmatic wait.
+__device__ __forceinline__ const unsigned short* gv_row_ptr(const TD& b, int r, i64 n) {
+  return (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
+}
+
 // k_gemv16's prefetch: warp w's lane 0 fetches the first GV_PREFETCH_ROW bytes of its first
 // column's weight row into L2 (a whole row at K <= 2048), so the block's first loads after the
-// wait hit L2. Address arithmetic on the kernel's parameters only: no global memory is read.
+// wait hit L2.
 #define GV_PREFETCH_ROW 4096
 __device__ __forceinline__ void prefetch_l2_gemv_row(const TD& a, const TD& b, const TD& out, unsigned hh = 0) {
   int r = out.rank;
   i64 N = out.sh[r - 1], K = a.sh[r - 1];
   i64 n = gv_col(blockIdx.x, threadIdx.x >> 5, hh);
   if ((threadIdx.x & 31) != 0 || n >= N) return;
-  const unsigned short* row = (const unsigned short*)b.ptr + offset_lead(b, r - 2, blockIdx.y) + n * b.st[r - 1];
-  prefetch_l2(row, min((u64)K * 2, (u64)GV_PREFETCH_ROW));
+  prefetch_l2(gv_row_ptr(b, r, n), min((u64)K * 2, (u64)GV_PREFETCH_ROW));
+}
+
+// k_gemv16p (k_gemv16 with its weights' first bytes before the programmatic wait): warp w
+// copies the first `wpre` bytes of its first column's weight row into its slice of shared
+// memory (past a's staging and the norm weight's, `gv_wpre_at`) by cp.async, one group that
+// the body's staging wait also waits for, so the copies stream while the previous grid
+// drains, where a block's first weight bytes otherwise wait for the release. The planner
+// launches it only where it proved the weight read-only (`Planner::read_only`: a weight or
+// constant no step writes), so nothing is read that a grid may still write. Lane 0 then
+// fetches the next GV_PREFETCH_ROW bytes of the row into L2. wpre: a multiple of 512 (a
+// 16-byte unit a lane), at most the row's bytes.
+__device__ __forceinline__ uint4* gv_wpre_at(uint4* as4, int nv, int has_norm, int npre, int warp) {
+  return as4 + nv * (1 + (has_norm == 1)) + warp * npre;
+}
+__device__ __forceinline__ void preload_gemv_row(const TD& a, const TD& b, const TD& out, int has_norm, int wpre,
+                                                 unsigned hh = 0) {
+  int r = out.rank;
+  i64 N = out.sh[r - 1], K = a.sh[r - 1];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  i64 n = gv_col(blockIdx.x, warp, hh);
+  // a warp past N streams row N - 1, as the body does
+  const unsigned short* row = gv_row_ptr(b, r, min(n, N - 1));
+  extern __shared__ uint4 as4[];
+  const int npre = wpre >> 4;
+  uint4* dst = gv_wpre_at(as4, (int)(K / 8), has_norm, npre, warp);
+  const u64 pol = l2_evict_first();
+  for (int v = lane; v < npre; v += 32) cp_async16_hint(dst + v, (const uint4*)row + v, true, pol);
+  cp_async_commit();
+  if (lane != 0 || n >= N || K * 2 <= wpre) return;
+  prefetch_l2(row + wpre / 2, min((u64)K * 2 - wpre, (u64)GV_PREFETCH_ROW));
 }
 
 // Issues the copies of n 16-byte units from `src` to shared `dst` by cp.async (every unit in
@@ -378,10 +414,10 @@ __device__ __forceinline__ float gv_scale8(uint4* as4, int v, uint4 w, int dt, f
 // first) spread the code before the first weight load over ~40 KB and was slower (docs/cuda.md).
 // ROPE: k_gemv16_rope (one batch, N a whole number of rows, no activation; the planner
 // checks), columns as gv_col maps them for rp.hh and the RoPE / cache epilogue.
-template <int DT, bool ROPE>
+template <int DT, bool ROPE, bool PRE>
 __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& bias, int has_bias, float alpha,
                                             float beta, int act, const TD& out, const TD& nw, int has_norm,
-                                            float eps, const GvRope& rp) {
+                                            float eps, int wpre, const GvRope& rp) {
   const int dt = dt_of<DT>(b);
   extern __shared__ uint4 as4[];
   unsigned short* as16 = (unsigned short*)as4;
@@ -400,8 +436,9 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   int nv = (int)(K / 8);
   i64 g = blockIdx.x;
   const uint4* row = row_of(g);
+  // PRE: the first group's first wpre / 16 units wait in shared memory (preload_gemv_row)
   uint4 w[GV_U];
-  gv_load(w, row, lane, nv);
+  gv_load(w, row, lane + (PRE ? wpre >> 4 : 0), nv);
   // k_gemv16_rope: the first group's epilogue inputs (GvRopeIn) and bias, in flight with it
   GvRopeIn ep{};
   float bv = 0.0f;
@@ -503,7 +540,22 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   for (; g * gw < N; g += gridDim.x) {
     i64 n = gv_col(g, warp, hh);
     float s = 0.0f;
-    for (int v0 = lane;;) {
+    int v0 = lane;
+    if (PRE && g == blockIdx.x) {
+      // read from the kernel's parameters here, not held in registers across the staging
+      const int npre = wpre >> 4;
+      const uint4* wsm = gv_wpre_at(as4, nv, has_norm, npre, warp);
+      for (; v0 < npre; v0 += 32) {
+        float wf[8], xf[8];
+        unpack8(wsm[v0], dt, wf);
+        unpack8(as4[v0], dt, xf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s += wf[i] * xf[i];
+      }
+    }
+    // the preloaded units come first in the streamed order (a lane's every 32nd unit), so the
+    // sums are k_gemv16's bit for bit
+    if (!PRE || v0 < nv) for (;;) {
 #pragma unroll
       for (int u = 0; u < GV_U; ++u) {
         int v = v0 + 32 * u;
@@ -569,17 +621,32 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
 extern "C" __global__ void __maxnreg__(64) k_gemv16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<-1, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<-1, false, false>(GEMV16_ARGS, 0, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_bf16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_BF16, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_BF16, false, false>(GEMV16_ARGS, 0, GvRope{});
 }
 extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
   prefetch_l2_gemv_row(a, b, out);
   pdl_enter();
-  gemv16_body<DT_F16, false>(GEMV16_ARGS, GvRope{});
+  gemv16_body<DT_F16, false, false>(GEMV16_ARGS, 0, GvRope{});
+}
+extern "C" __global__ void __maxnreg__(64) k_gemv16p(GEMV16_PARAMS, int wpre) {
+  preload_gemv_row(a, b, out, has_norm, wpre);
+  pdl_enter();
+  gemv16_body<-1, false, true>(GEMV16_ARGS, wpre, GvRope{});
+}
+extern "C" __global__ void __maxnreg__(64) k_gemv16p_bf16(GEMV16_PARAMS, int wpre) {
+  preload_gemv_row(a, b, out, has_norm, wpre);
+  pdl_enter();
+  gemv16_body<DT_BF16, false, true>(GEMV16_ARGS, wpre, GvRope{});
+}
+extern "C" __global__ void __maxnreg__(64) k_gemv16p_f16(GEMV16_PARAMS, int wpre) {
+  preload_gemv_row(a, b, out, has_norm, wpre);
+  pdl_enter();
+  gemv16_body<DT_F16, false, true>(GEMV16_ARGS, wpre, GvRope{});
 }
 
 // k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch
@@ -595,17 +662,32 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16_f16(GEMV16_PARAMS) {
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<-1, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<-1, true, false>(GEMV16_ARGS, 0, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_bf16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<DT_BF16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_BF16, true, false>(GEMV16_ARGS, 0, GV_ROPE_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256) k_gemv16_rope_f16(GEMV16_PARAMS, GV_ROPE_PARAMS) {
   prefetch_l2_gemv_row(a, b, out, hh);
   pdl_enter();
-  gemv16_body<DT_F16, true>(GEMV16_ARGS, GV_ROPE_ARGS);
+  gemv16_body<DT_F16, true, false>(GEMV16_ARGS, 0, GV_ROPE_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope(GEMV16_PARAMS, int wpre, GV_ROPE_PARAMS) {
+  preload_gemv_row(a, b, out, has_norm, wpre, hh);
+  pdl_enter();
+  gemv16_body<-1, true, true>(GEMV16_ARGS, wpre, GV_ROPE_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_bf16(GEMV16_PARAMS, int wpre, GV_ROPE_PARAMS) {
+  preload_gemv_row(a, b, out, has_norm, wpre, hh);
+  pdl_enter();
+  gemv16_body<DT_BF16, true, true>(GEMV16_ARGS, wpre, GV_ROPE_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_f16(GEMV16_PARAMS, int wpre, GV_ROPE_PARAMS) {
+  preload_gemv_row(a, b, out, has_norm, wpre, hh);
+  pdl_enter();
+  gemv16_body<DT_F16, true, true>(GEMV16_ARGS, wpre, GV_ROPE_ARGS);
 }
 
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with

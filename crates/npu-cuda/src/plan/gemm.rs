@@ -68,6 +68,32 @@ fn gemv16_warps(n: usize, k: usize, sms: usize) -> usize {
     }
 }
 
+/// The most bytes of its first weight row a `k_gemv16p` warp copies into shared memory
+/// before its programmatic wait: the whole row of every Qwen2.5-1.5B GEMV but the down
+/// projection's, whose first 16 KB. Measured on an H100 (docs/cuda.md, twenty-fifth session):
+/// decode at 32000 of 32768 -0.060 ms, at 1000 of 2048 +0.008; the down rows' copies alone
+/// +0.045 / +0.011, so they go with the others or not at all.
+const GEMV_PRELOAD_MAX: usize = 16384;
+
+/// The bytes of each warp's first weight row that `k_gemv16p` copies into shared memory
+/// before its programmatic wait (kernels/gemm.cu, `preload_gemv_row`), for rows of `k`
+/// elements: the row up to `GEMV_PRELOAD_MAX`, as far as `room` bytes of shared memory hold
+/// it for `warps` warps, in whole 512-byte rounds (a 16-byte unit a lane). 0: none.
+/// `NPU_CUDA_GEMV_PRELOAD=0` turns the copies off; `K:BYTES` pairs separated by `;` (`*` for
+/// any K, an unlisted K none) ask other amounts, for A/B runs.
+fn gemv_preload(k: usize, warps: usize, room: usize) -> usize {
+    let asked = match std::env::var("NPU_CUDA_GEMV_PRELOAD") {
+        Ok(spec) => spec
+            .split(';')
+            .filter_map(|kv| kv.split_once(':'))
+            .find(|(key, _)| *key == "*" || key.parse() == Ok(k))
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(0),
+        Err(_) => GEMV_PRELOAD_MAX,
+    };
+    asked.min(k * 2).min(room / warps.max(1)) / 512 * 512
+}
+
 impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm(
@@ -209,6 +235,19 @@ impl Planner<'_> {
             } else {
                 groups
             };
+            // The weight rows' first bytes before the wait (k_gemv16p), where no grid writes
+            // them, in what the SM's shared memory holds for the grid's blocks an SM beside
+            // their staging (1 KB an SM's block reserves)
+            let per_sm = blocks.div_ceil(sms).max(1);
+            let room = ((self.dev.smem_per_sm as usize) / per_sm)
+                .min(self.dev.smem_optin as usize)
+                .saturating_sub(smem + 1024);
+            let wpre = if raw16 && self.read_only(&bn) {
+                gemv_preload(k, warps, room)
+            } else {
+                0
+            };
+            let name = if wpre > 0 { "k_gemv16p" } else { name };
             // k_gemv16's instance fixes a's and b's dtype (one 16-bit dtype: raw16)
             let func = if raw16 {
                 self.f_dt(name, &[dtype_code(a_dtype), dtype_code(b_dtype)])
@@ -219,7 +258,7 @@ impl Planner<'_> {
                 func,
                 (blocks as u32, batches.max(1) as u32, 1),
                 32 * warps as u32,
-                smem as u32,
+                (smem + warps * wpre) as u32,
                 vec![
                     Arg::Td(an),
                     Arg::Td(bn),
@@ -239,6 +278,9 @@ impl Planner<'_> {
                     kern.args.push(Arg::Td(norm.0));
                     kern.args.push(Arg::I32(norm.1));
                     kern.args.push(Arg::F32(norm.2));
+                    if wpre > 0 {
+                        kern.args.push(Arg::I32(wpre as i32));
+                    }
                     Launch::Kernel(kern)
                 }
                 other => other,

@@ -28,15 +28,22 @@ impl Planner<'_> {
         };
         // k_gemv16's pairing of columns takes blocks of 8 warps
         let blocks_of_8 = kern.block.0 == 256;
+        // k_gemv16p (its weights' first bytes before the wait) keeps that in the fused launch
+        let preload = self.dev.is_func(kern.func, "k_gemv16p");
         if plan.scratch != 0
-            || !self.dev.is_func(kern.func, "k_gemv16")
+            || !(preload || self.dev.is_func(kern.func, "k_gemv16"))
             || kern.grid.1 != 1
             || !blocks_of_8
         {
             return None;
         }
         let code = dtype_code(dg.dt);
-        kern.func = self.f_dt("k_gemv16_rope", &[code, code]);
+        let name = if preload {
+            "k_gemv16p_rope"
+        } else {
+            "k_gemv16_rope"
+        };
+        kern.func = self.f_dt(name, &[code, code]);
         // the index_copy steps' own numbers, for the error word
         let step_k = self.step + 3;
         let (q, k) = (&dg.q, &dg.k);

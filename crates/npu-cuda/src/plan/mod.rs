@@ -22,9 +22,10 @@ mod rows;
 
 use crate::device::{Device, Func};
 use crate::launch::{unary_code, Arg, KernelLaunch, Launch, TdArg};
+use crate::loc::Loc;
 use crate::lt_call::LT_WORKSPACE;
 use conv::ConvP;
-use npu_program::program::{Binding, Kernel, Program, Step};
+use npu_program::program::{Binding, Kernel, Program, Slot, Step};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -138,6 +139,22 @@ fn steps_program(steps: Vec<Step>) -> Program {
 impl Planner<'_> {
     fn f(&self, name: &str) -> Func {
         self.dev.func(name)
+    }
+
+    /// Whether the operand lies in a weight or constant slot that no step of the program
+    /// writes: no grid writes it (weights and constants are uploaded at prepare), so a kernel
+    /// may read it before its programmatic wait. Inputs are not: a run copies small ones in
+    /// with `k_copy_bytes` launches (executable/host_io.rs), programmatic like every other,
+    /// so the first step's grid may start while the last copy still writes.
+    fn read_only(&self, op: &TdArg) -> bool {
+        let Loc::Slot(slot @ (Slot::Weight(_) | Slot::Const(_)), _) = op.loc else {
+            return false;
+        };
+        !self
+            .program
+            .steps
+            .iter()
+            .any(|s| s.outputs.iter().any(|o| o.slot == slot))
     }
 
     /// `name`, or its instance for one 16-bit float dtype (`Device::func_dt`).

@@ -40,10 +40,32 @@ pub fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// The outputs of `p`'s second run (the first is the warm-up; the second replays the graph).
+/// The tensors of `ins` that `p` loads as weights (by name), the rest being run inputs.
+pub fn weights_of(p: &Program, ins: &[(&str, HostTensor)]) -> MemoryWeights {
+    MemoryWeights(
+        ins.iter()
+            .filter(|(n, _)| p.weights.iter().any(|w| w.name == *n))
+            .map(|(n, t)| (n.to_string(), t.clone()))
+            .collect(),
+    )
+}
+
+/// The tensors of `ins` that are `p`'s run inputs (not its weights).
+pub fn run_inputs<'a>(
+    p: &Program,
+    ins: &'a [(&str, HostTensor)],
+) -> Vec<(&'a str, &'a HostTensor)> {
+    ins.iter()
+        .filter(|(n, _)| !p.weights.iter().any(|w| w.name == *n))
+        .map(|(n, t)| (*n, t))
+        .collect()
+}
+
+/// The outputs of `p`'s second run (the first is the warm-up; the second replays the graph),
+/// the tensors of `ins` named as weights loaded as such.
 pub fn run(b: &dyn Backend, p: &Program, ins: &[(&str, HostTensor)]) -> Vec<Vec<f32>> {
-    let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
-    let mut x = b.prepare(p, &MemoryWeights::default()).expect("prepare");
+    let refs = run_inputs(p, ins);
+    let mut x = b.prepare(p, &weights_of(p, ins)).expect("prepare");
     x.run_all(&refs).expect("run");
     let out = x.run_all(&refs).expect("run");
     out.iter().map(|(_, t)| t.to_f32_vec()).collect()
@@ -61,7 +83,8 @@ pub fn device_or_skip(test: &str) -> Option<CudaBackend> {
     }
 }
 
-/// `p`'s inputs by name from f32 values, as tensors of the dtypes and shapes `p` declares.
+/// `p`'s inputs (or weights) by name from f32 values, as tensors of the dtypes and shapes `p`
+/// declares.
 pub fn inputs<const N: usize>(
     p: &Program,
     values: [(&'static str, Vec<f32>); N],
@@ -78,8 +101,14 @@ pub fn inputs_vec(
 }
 
 fn input(p: &Program, name: &'static str, v: &[f32]) -> (&'static str, HostTensor) {
-    let t = p.inputs.iter().find(|t| t.name == name).expect("input");
-    (name, HostTensor::from_f32_as(t.dtype, t.shape.clone(), v))
+    let (dtype, shape) = match p.inputs.iter().find(|t| t.name == name) {
+        Some(t) => (t.dtype, t.shape.clone()),
+        None => {
+            let w = p.weights.iter().find(|w| w.name == name).expect("input");
+            (w.dtype, w.shape.clone())
+        }
+    };
+    (name, HostTensor::from_f32_as(dtype, shape, v))
 }
 
 /// Every output within 2% of the largest value of the CPU backend's (five bf16 steps): the
