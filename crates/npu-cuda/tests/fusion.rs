@@ -8,14 +8,12 @@
 mod common;
 
 use common::{
-    assert_near_cpu, bind, device_or_skip, inputs, inputs_vec, io, rope_cache_group,
+    assert_near_cpu, bind, device_or_skip, inputs, inputs_vec, io, loaded_weight, rope_cache_group,
     rope_cache_steps, run, run_inputs, values, weights_of, HEADS, HEAD_DIM, KV_HEADS,
 };
 use npu_cuda::CudaBackend;
 use npu_ir::DType;
-use npu_program::program::{
-    dense_strides, Binding, Kernel, Program, Recipe, Slot, SourceTensor, Step, WeightSlot,
-};
+use npu_program::program::{dense_strides, Binding, Kernel, Program, Slot, Step};
 use npu_runtime::{Backend, HostTensor};
 
 /// The outputs of `p` prepared with the switch `var` set to `value` (unset for None), which
@@ -384,6 +382,8 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize, after_residual: bool) -> Prog
     } else {
         dense(Slot::Input(0), 0, &[1, k])
     };
+    // the projection's weight a weight slot, which the GEMV may read before its wait
+    let (sources, weights) = loaded_weight("w", &[n, k], dt);
     let mut ios = vec![
         io("x", &[1, k], dt),
         io("bias", &[1, n], dt),
@@ -408,18 +408,8 @@ fn qkv_rope_program(dt: DType, k: usize, t: usize, after_residual: bool) -> Prog
             io("v_cache_out", &cache, dt),
             io("qkv", &[1, n], dt),
         ],
-        // the projection's weight a weight slot, which the GEMV may read before its wait
-        sources: vec![SourceTensor {
-            key: "w".into(),
-            shape: vec![n, k],
-            dtype: dt,
-        }],
-        weights: vec![WeightSlot {
-            name: "w".into(),
-            shape: vec![n, k],
-            dtype: dt,
-            recipe: Recipe::Load { source: 0 },
-        }],
+        sources,
+        weights,
         constants: Vec::new(),
         arena_bytes: (xo + k * esz) as u64,
         steps: vec![

@@ -10,14 +10,11 @@
 #[allow(dead_code)]
 mod common;
 
-use common::{bind, device_or_skip, io, values};
+use common::{bind, device_or_skip, io, loaded_weight, run, run_inputs, values, weights_of};
 use npu_cuda::CudaBackend;
 use npu_ir::DType;
-use npu_program::program::{
-    dense_strides, Kernel, Program, Recipe, Slot, SourceTensor, Step, WeightSlot,
-};
-use npu_runtime::{Backend, CpuBackend, Executable, HostTensor, MemoryWeights};
-use std::collections::HashMap;
+use npu_program::program::{dense_strides, Kernel, Program, Slot, Step};
+use npu_runtime::{CpuBackend, Executable, HostTensor};
 
 /// out[1, n] = 0.75 * norm?(x) @ w^T (+ bias), w [n, k] a weight.
 fn program(dt: DType, k: usize, n: usize, bias: bool, norm: bool) -> Program {
@@ -35,23 +32,15 @@ fn program(dt: DType, k: usize, n: usize, bias: bool, norm: bool) -> Program {
         ins.push(dense(Slot::Input(ios.len() as u32), &[k]));
         ios.push(io("nw", &[k], dt));
     }
+    let (sources, weights) = loaded_weight("w", &[n, k], dt);
     Program {
         model_name: format!("gemv preload {dt} {k}x{n}"),
         target: "gpu".into(),
         compute_dtype: dt,
         inputs: ios,
         outputs: vec![io("y", &[1, n], dt)],
-        sources: vec![SourceTensor {
-            key: "w".into(),
-            shape: vec![n, k],
-            dtype: dt,
-        }],
-        weights: vec![WeightSlot {
-            name: "w".into(),
-            shape: vec![n, k],
-            dtype: dt,
-            recipe: Recipe::Load { source: 0 },
-        }],
+        sources,
+        weights,
         constants: Vec::new(),
         arena_bytes: 0,
         steps: vec![Step {
@@ -69,23 +58,14 @@ fn program(dt: DType, k: usize, n: usize, bias: bool, norm: bool) -> Program {
     }
 }
 
-/// The CPU backend's output.
-fn cpu_run(p: &Program, w: &MemoryWeights, ins: &[(&str, HostTensor)]) -> Vec<f32> {
-    let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
-    let mut x = CpuBackend::new().prepare(p, w).expect("prepare on the CPU");
-    let out = x.run_all(&refs).expect("run on the CPU");
-    out[0].1.to_f32_vec()
-}
-
 /// The second run's output (a graph replay) and the library kernels it launched.
 fn cuda_run(
     cuda: &CudaBackend,
     p: &Program,
-    w: &MemoryWeights,
     ins: &[(&str, HostTensor)],
 ) -> (Vec<f32>, Vec<&'static str>) {
-    let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
-    let mut x = cuda.prepare_cuda(p, w).expect("prepare");
+    let mut x = cuda.prepare_cuda(p, &weights_of(p, ins)).expect("prepare");
+    let refs = run_inputs(p, ins);
     x.run_all(&refs).expect("run");
     let out = x.run_all(&refs).expect("run");
     (out[0].1.to_f32_vec(), x.library_kernels())
@@ -109,14 +89,17 @@ fn preloaded_weight_rows_give_the_streamed_gemvs_bits() {
     ];
     for (dt, k, n, bias, norm) in cases {
         let p = program(dt, k, n, bias, norm);
-        let w = MemoryWeights(HashMap::from([(
-            "w".to_string(),
-            HostTensor::from_f32_as(dt, vec![n, k], &values(n * k, 12, 0.2)),
-        )]));
-        let mut ins = vec![(
-            "x",
-            HostTensor::from_f32_as(dt, vec![1, k], &values(k, 11, 2.0)),
-        )];
+        // "w" goes to the program's weight slot (common::run, weights_of)
+        let mut ins = vec![
+            (
+                "w",
+                HostTensor::from_f32_as(dt, vec![n, k], &values(n * k, 12, 0.2)),
+            ),
+            (
+                "x",
+                HostTensor::from_f32_as(dt, vec![1, k], &values(k, 11, 2.0)),
+            ),
+        ];
         if bias {
             ins.push((
                 "bias",
@@ -131,12 +114,12 @@ fn preloaded_weight_rows_give_the_streamed_gemvs_bits() {
         }
         let what = format!("{dt} k {k} n {n}");
         std::env::set_var("NPU_CUDA_GEMV_PRELOAD", "0");
-        let (want, kernels) = cuda_run(&cuda, &p, &w, &ins);
+        let (want, kernels) = cuda_run(&cuda, &p, &ins);
         assert!(
             kernels.iter().all(|k| k.starts_with("k_gemv16_")),
             "{what}: {kernels:?}"
         );
-        let cpu = cpu_run(&p, &w, &ins);
+        let cpu = run(&CpuBackend::new(), &p, &ins).remove(0);
         let scale = cpu.iter().fold(0f32, |s, v| s.max(v.abs()));
         let worst = want
             .iter()
@@ -158,7 +141,7 @@ fn preloaded_weight_rows_give_the_streamed_gemvs_bits() {
                 Some(s) => std::env::set_var("NPU_CUDA_GEMV_PRELOAD", s),
                 None => std::env::remove_var("NPU_CUDA_GEMV_PRELOAD"),
             }
-            let (got, kernels) = cuda_run(&cuda, &p, &w, &ins);
+            let (got, kernels) = cuda_run(&cuda, &p, &ins);
             // every row takes the default and `*` amounts, 8960:16384 only the 8960-element
             // rows
             let preloads = spec.is_none_or(|s| s.starts_with('*') || k == 8960);

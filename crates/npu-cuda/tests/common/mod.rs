@@ -4,7 +4,9 @@
 
 use npu_cuda::{CudaBackend, CudaError};
 use npu_ir::DType;
-use npu_program::program::{dense_strides, Binding, IoTensor, Kernel, Program, Slot, Step};
+use npu_program::program::{
+    dense_strides, Binding, IoTensor, Kernel, Program, Recipe, Slot, SourceTensor, Step, WeightSlot,
+};
 use npu_runtime::{Backend, CpuBackend, HostTensor, MemoryWeights};
 
 pub fn bind(slot: Slot, off: u64, shape: &[usize], strides: &[usize], dtype: DType) -> Binding {
@@ -25,6 +27,28 @@ pub fn io(name: &str, shape: &[usize], dtype: DType) -> IoTensor {
         storage: dtype,
         donates_input: None,
     }
+}
+
+/// A program's one weight `name` of `shape`, loaded as it lies from the source of that name:
+/// its `sources` and `weights` (slot `Slot::Weight(0)`). `run` loads the value of that name as
+/// the weight.
+pub fn loaded_weight(
+    name: &str,
+    shape: &[usize],
+    dtype: DType,
+) -> (Vec<SourceTensor>, Vec<WeightSlot>) {
+    let source = SourceTensor {
+        key: name.into(),
+        shape: shape.to_vec(),
+        dtype,
+    };
+    let slot = WeightSlot {
+        name: name.into(),
+        shape: shape.to_vec(),
+        dtype,
+        recipe: Recipe::Load { source: 0 },
+    };
+    (vec![source], vec![slot])
 }
 
 /// `n` values in [-scale / 2, scale / 2), the same for the same seed.
