@@ -64,11 +64,16 @@ pub fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// Whether `p` loads `name` as a weight (else it is a run input).
+fn is_weight(p: &Program, name: &str) -> bool {
+    p.weights.iter().any(|w| w.name == name)
+}
+
 /// The tensors of `ins` that `p` loads as weights (by name), the rest being run inputs.
 pub fn weights_of(p: &Program, ins: &[(&str, HostTensor)]) -> MemoryWeights {
     MemoryWeights(
         ins.iter()
-            .filter(|(n, _)| p.weights.iter().any(|w| w.name == *n))
+            .filter(|(n, _)| is_weight(p, n))
             .map(|(n, t)| (n.to_string(), t.clone()))
             .collect(),
     )
@@ -80,7 +85,7 @@ pub fn run_inputs<'a>(
     ins: &'a [(&str, HostTensor)],
 ) -> Vec<(&'a str, &'a HostTensor)> {
     ins.iter()
-        .filter(|(n, _)| !p.weights.iter().any(|w| w.name == *n))
+        .filter(|(n, _)| !is_weight(p, n))
         .map(|(n, t)| (*n, t))
         .collect()
 }
@@ -128,7 +133,9 @@ fn input(p: &Program, name: &'static str, v: &[f32]) -> (&'static str, HostTenso
     let (dtype, shape) = match p.inputs.iter().find(|t| t.name == name) {
         Some(t) => (t.dtype, t.shape.clone()),
         None => {
-            let w = p.weights.iter().find(|w| w.name == name).expect("input");
+            let w = p.weights.iter().find(|w| w.name == name);
+            let w =
+                w.unwrap_or_else(|| panic!("{name}: neither an input nor a weight of the program"));
             (w.dtype, w.shape.clone())
         }
     };
