@@ -50,6 +50,7 @@ pub(crate) const LIBRARY_KERNELS: &[&str] = &[
     "k_attn_combine",
     "k_attn_dec",
     "k_attn_dec_mma",
+    "k_attn_dec_mma_cl",
     "k_attn_tiles",
     "k_attn_mma",
     "k_conv_direct",
@@ -183,6 +184,11 @@ pub struct Device {
     /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
     /// unless `NPU_CUDA_DEC_MMA=0` (then `k_attn_dec`, for comparisons).
     pub(crate) dec_mma: bool,
+    /// Decode attention over a short cache (at most 16 splits) runs as one launch of
+    /// thread-block clusters that merge their splits (`k_attn_dec_mma_cl`; compute
+    /// capability 9.0 and later), unless `NPU_CUDA_ATTN_CLUSTER=0` (then `k_attn_dec_mma` and
+    /// `k_attn_combine`, for comparisons).
+    pub(crate) dec_cluster: bool,
     /// Kernels in `DTYPE_INSTANCES` take their per-dtype instance where the operands allow,
     /// unless `NPU_CUDA_DTYPE_KERNELS=0` (then the generic one, for comparisons).
     pub(crate) dtype_kernels: bool,
@@ -306,6 +312,8 @@ impl Device {
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
+            dec_cluster: arch.0 >= 9
+                && std::env::var("NPU_CUDA_ATTN_CLUSTER").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
             cudnn: CudnnUse::from_env(),
             lt_algos: Mutex::new(HashMap::new()),
@@ -335,6 +343,7 @@ impl Device {
         let big_smem = [
             "k_attn",
             "k_attn_dec_mma",
+            "k_attn_dec_mma_cl",
             "k_gemv",
             "k_gemv16",
             "k_gemv16_rope",
@@ -534,6 +543,50 @@ impl Device {
         .map_err(|e| CudaError::driver("reading a kernel's shared memory limit", e))
     }
 
+    /// Whether `func` can run in clusters of `size` blocks along x, of `block` threads and
+    /// `smem` dynamic shared-memory bytes each, with at least one cluster resident (the
+    /// driver's occupancy answer for this GPU). A size past 8, the portable limit, is first
+    /// allowed for the function. False on any driver error.
+    pub(crate) fn cluster_fits(&self, func: Func, size: u32, block: u32, smem: u32) -> bool {
+        if self.arch.0 < 9 || size == 0 || self.bind().is_err() {
+            return false;
+        }
+        if size > 8
+            && set_func_attribute(
+                func,
+                FuncAttr::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                1,
+                "cluster size",
+            )
+            .is_err()
+        {
+            return false;
+        }
+        // SAFETY: a zeroed attribute value is a valid union state; its cluster field is set.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = size;
+        attr.value.clusterDim.y = 1;
+        attr.value.clusterDim.z = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: size,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: self.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: a valid function handle and a launch configuration that outlives the call;
+        // the driver only reads it.
+        let r = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, func.0, &config) };
+        r == sys::CUresult::CUDA_SUCCESS && n >= 1
+    }
+
     pub(crate) fn cu_stream(&self) -> sys::CUstream {
         self.stream.cu_stream()
     }
@@ -679,8 +732,8 @@ mod tests {
             // (`Planner::cache_written_before`): `if (!pre) pdl_wait();` and, in its body,
             // `if (pre) pdl_wait();` after the staging of its first tile (it waits without
             // triggering its dependents; kernels/attention.cu says why).
-            let late =
-                head.contains(" k_attn_dec_mma(") && body.starts_with("if (!pre) pdl_wait();");
+            let late = (head.contains(" k_attn_dec_mma(") || head.contains(" k_attn_dec_mma_cl("))
+                && body.starts_with("if (!pre) pdl_wait();");
             if !body.starts_with("pdl_enter();") && !late {
                 missing.push(name.to_string());
             }

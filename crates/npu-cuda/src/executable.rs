@@ -243,6 +243,7 @@ impl CudaExecutable {
             block: (1, 1, 1),
             smem: 0,
             args: vec![Arg::Ptr(0, Loc::Err)],
+            cluster: 1,
         };
         let stage = |t: &IoTensor, on: bool| -> Result<Option<Pinned>> {
             Ok(if on {
@@ -487,7 +488,7 @@ impl CudaExecutable {
 
     fn launch_kernel(dev: &Device, k: &mut KernelLaunch) -> CudaResult<()> {
         let mut params = k.params();
-        if !dev.pdl {
+        if !dev.pdl && k.cluster <= 1 {
             // SAFETY: arguments match the kernel's signature (planned from the same source);
             // every address was resolved against live buffers.
             return unsafe {
@@ -503,10 +504,22 @@ impl CudaExecutable {
             .map_err(|e| CudaError::driver("launching a kernel", e));
         }
         use cudarc::driver::sys;
+        use sys::CUlaunchAttributeID as Id;
         // SAFETY: a zeroed attribute value is a valid union state; one field is set below.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut n = 0;
+        if dev.pdl {
+            attrs[n].id = Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        if k.cluster > 1 {
+            attrs[n].id = Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim.x = k.cluster;
+            attrs[n].value.clusterDim.y = 1;
+            attrs[n].value.clusterDim.z = 1;
+            n += 1;
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: k.grid.0,
             gridDimY: k.grid.1,
@@ -516,12 +529,13 @@ impl CudaExecutable {
             blockDimZ: k.block.2,
             sharedMemBytes: k.smem,
             hStream: dev.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
         };
-        // SAFETY: as above; `config` and `attr` outlive the call, and every kernel of ours
+        // SAFETY: as above; `config` and `attrs` outlive the call, and every kernel of ours
         // waits for its predecessor in `pdl_enter()` before any memory access (checked by
-        // `device::tests::every_kernel_enters_through_pdl`).
+        // `device::tests::every_kernel_enters_through_pdl`); a cluster size is one the
+        // planner took from `Device::cluster_max`.
         unsafe {
             sys::cuLaunchKernelEx(&config, k.func.0, params.as_mut_ptr(), std::ptr::null_mut())
         }

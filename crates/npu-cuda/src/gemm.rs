@@ -377,6 +377,7 @@ pub(crate) fn epilogue(
         grid: (grid_for(total), 1, 1),
         block: (256, 1, 1),
         smem: 0,
+        cluster: 1,
         args: vec![
             Arg::Ptr(0, Loc::Scratch(d_off)),
             Arg::I64(mn),

@@ -159,6 +159,9 @@ pub(crate) struct KernelLaunch {
     pub block: (u32, u32, u32),
     pub smem: u32,
     pub args: Vec<Arg>,
+    /// Blocks per thread-block cluster along x (1: no cluster); it divides `grid.0`, and the
+    /// function was allowed that size (`Device::cluster_max`).
+    pub cluster: u32,
 }
 
 pub(crate) enum Launch {

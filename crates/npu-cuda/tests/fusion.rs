@@ -2,7 +2,8 @@
 //! GEMM that reads its output in one launch (`k_epilogue_rms`), bit for bit against the switch
 //! that turns the fusion off; a decode layer's q/k/v GEMV with the RoPE / cache group in its
 //! epilogue (`k_gemv16_rope`), likewise; attention layers sharing a mask's tile flags, against
-//! the CPU backend. Its own test binary: the switch is an environment variable, read at prepare time,
+//! the CPU backend; decode attention reading early what the cache group leaves, and merging its
+//! splits in clusters (`k_attn_dec_mma_cl`) or by `k_attn_combine`. Its own test binary: the switch is an environment variable, read at prepare time,
 //! so no other test may prepare concurrently. Skips where there is no device.
 
 mod common;
@@ -292,10 +293,18 @@ fn decode_attention_reads_early_what_the_cache_group_leaves() {
     else {
         return;
     };
-    let (h, kvh, d, t) = (HEADS, KV_HEADS, HEAD_DIM, 256);
-    // the written row first in its tile, inside one, and the last slot
-    for (dt, pos) in [(DType::BF16, 100), (DType::BF16, 0), (DType::F16, 255)] {
-        let what = format!("{dt} pos {pos}");
+    let (h, kvh, d) = (HEADS, KV_HEADS, HEAD_DIM);
+    // the written row first in its tile, inside one, and the last slot; a cache of 2048 in
+    // clusters of 16 splits of two tiles (the written row in a split's second tile, and the
+    // last slot)
+    for (dt, t, pos) in [
+        (DType::BF16, 256, 100),
+        (DType::BF16, 256, 0),
+        (DType::F16, 256, 255),
+        (DType::BF16, 2048, 1000),
+        (DType::F16, 2048, 2047),
+    ] {
+        let what = format!("{dt} cache {t} pos {pos}");
         let p = rope_attention_program(dt, t);
         let angle: Vec<f32> = (0..d)
             .map(|i| pos as f32 / 10f32.powf((i % (d / 2)) as f32 / 32.0))
@@ -321,6 +330,27 @@ fn decode_attention_reads_early_what_the_cache_group_leaves() {
         let late = run_switched(&gpu, &p, &ins, "NPU_CUDA_ATTN_PRE", Some("0"));
         assert_same_bits(&what, &early, &late);
         assert_near_cpu(&what, &p, &ins, &early);
+        // the splits merged in their cluster (compute capability 9.0 and later) or by
+        // k_attn_combine, never both; the combine's path near the CPU as well
+        let kernels = |cluster: Option<&str>| {
+            match cluster {
+                Some(v) => std::env::set_var("NPU_CUDA_ATTN_CLUSTER", v),
+                None => std::env::remove_var("NPU_CUDA_ATTN_CLUSTER"),
+            }
+            let x = gpu.prepare_cuda(&p, &weights_of(&p, &ins));
+            std::env::remove_var("NPU_CUDA_ATTN_CLUSTER");
+            x.expect("prepare").library_kernels()
+        };
+        let on = kernels(None);
+        let clustered = on.contains(&"k_attn_dec_mma_cl");
+        assert_ne!(clustered, on.contains(&"k_attn_combine"), "{what}: {on:?}");
+        let off = kernels(Some("0"));
+        assert!(
+            off.contains(&"k_attn_combine") && !off.contains(&"k_attn_dec_mma_cl"),
+            "{what}: {off:?}"
+        );
+        let combined = run_switched(&gpu, &p, &ins, "NPU_CUDA_ATTN_CLUSTER", Some("0"));
+        assert_near_cpu(&what, &p, &ins, &combined);
     }
 }
 

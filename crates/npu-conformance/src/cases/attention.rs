@@ -169,6 +169,8 @@ pub fn cases(rng: &mut Rng, long: bool) -> Vec<Case> {
         // kernel scans eight keys a load, and the largest group with a head dim of 32
         stale_decode_case(rng, [2, 8, 2, 520, 64], F16),
         case(rng, [2, 16, 2, 1, 260, 32], BF16, true, false, 0, false),
+        // CUDA's clusters of a short cache's splits at their largest: 16 splits of two tiles
+        stale_decode_case(rng, [1, 12, 2, 2048, 128], BF16),
     ]);
     v
 }

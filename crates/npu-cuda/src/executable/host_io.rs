@@ -56,6 +56,7 @@ fn copy_kernel(
         grid: (blocks.max(1), 1, 1),
         block: (THREADS, 1, 1),
         smem: 0,
+        cluster: 1,
         // Fixed addresses: these launches are never relocated.
         args: vec![
             Arg::Ptr(src, Loc::Null),

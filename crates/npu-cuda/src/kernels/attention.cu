@@ -1034,11 +1034,75 @@ __device__ __forceinline__ void dw_stage(const DwStage& p, const TD& k, i64 kbas
   cp_async_commit();
 }
 
-template <bool BF>
+// Thread-block clusters (sm_90): the cluster-wide barrier (every thread of every block; the
+// release / acquire order makes each block's shared-memory writes before it visible to the
+// others' reads after it) and a float read from block `rank`'s shared memory at the address
+// `p` has in this block's.
+__device__ __forceinline__ void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float ld_cluster_f32(const float* p, unsigned rank) {
+  float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned a;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+#endif
+  return v;
+}
+
+// k_attn_dec_mma_cl's merge: the cluster is the KV head's nsplit <= DM_CL_MAX blocks (the
+// grid's x, cluster rank = split). Each block has left its heads' (m, l, acc[D]) in its shared
+// memory (`st`: [DMAXG][D + 2], m and l first); after the cluster barrier, output (head
+// hg, dim d) = idx is merged by block idx / blockDim.x % nsplit, thread idx % blockDim.x, as
+// k_attn_combine merges the partials (weights exp(m_i - M), zero for a split that attended
+// nothing), and stored; a second barrier keeps every block's shared memory alive until the
+// reads are done.
+#define DM_CL_MAX 16
+__device__ __forceinline__ void attn_dec_cl_merge(const float* st, int D, int group, int nsplit, const TD& out,
+                                                  i64 b, i64 kh) {
+  cluster_sync_all();
+  const int ld = D + 2;
+  for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < group * D; idx += nsplit * blockDim.x) {
+    const int hg = idx / D, d = idx - hg * D;
+    float m[DM_CL_MAX], l[DM_CL_MAX], a[DM_CL_MAX];
+    // every split's three values in flight before any is used
+#pragma unroll
+    for (int i = 0; i < DM_CL_MAX; ++i) {
+      if (i < nsplit) {
+        m[i] = ld_cluster_f32(st + hg * ld, i);
+        l[i] = ld_cluster_f32(st + hg * ld + 1, i);
+        a[i] = ld_cluster_f32(st + hg * ld + 2 + d, i);
+      }
+    }
+    float M = -NPU_INF;
+#pragma unroll
+    for (int i = 0; i < DM_CL_MAX; ++i)
+      if (i < nsplit) M = fmaxf(M, m[i]);
+    float L = 0.0f, A = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DM_CL_MAX; ++i) {
+      if (i < nsplit) {
+        const float w = m[i] == -NPU_INF ? 0.0f : expf(m[i] - M);
+        L += l[i] * w;
+        A += a[i] * w;
+      }
+    }
+    const i64 o = b * out.st[0] + (kh * group + hg) * out.st[1] + d * out.st[3];
+    st16_or_cold(out.ptr, out.dt, o, L > 0.0f ? A / L : 0.0f);
+  }
+  cluster_sync_all();
+}
+
+// CL: k_attn_dec_mma_cl (the split's partials merged in the cluster into `out`, not stored
+// to `part` for k_attn_combine).
+template <bool BF, bool CL>
 __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
                                                   int has_mask, float scale, int group, i64 split_len,
                                                   int nsplit, float* part, unsigned char* dsm, const TD& pos,
-                                                  int pre) {
+                                                  int pre, const TD& out) {
   // per warp, two stages of its 16 keys' K rows then V rows: [4][2][2][16][DM_LD]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   unsigned short* wst = (unsigned short*)dsm + warp * DM_WARP_ELEMS;
@@ -1256,7 +1320,9 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
       wt[w] = mw == -NPU_INF ? 0.0f : expf(mw - M);
       L += xl[w * 8 + hg] * wt[w];
     }
-    float* pp = part + ((b * H + kh * group + hg) * nsplit + split) * (i64)(D + 2);
+    // CL: the block's state past the warps' ([DMAXG][D + 2] floats)
+    float* pp = CL ? xa + 4 * 8 * MQ_MAXD + hg * (D + 2)
+                   : part + ((b * H + kh * group + hg) * nsplit + split) * (i64)(D + 2);
     if (tid == 0) {
       pp[0] = M;
       pp[1] = L;
@@ -1268,6 +1334,7 @@ __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, cons
       pp[2 + d] = A;
     }
   }
+  if (CL) attn_dec_cl_merge(xa + 4 * 8 * MQ_MAXD, D, group, nsplit, out, b, kh);
 }
 
 // k_attn_dec_mma's pre-wait prefetch, bytes per operand: one 64-key tile of 128 dims. 64 KB
@@ -1291,9 +1358,33 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char dm_smem[];
   if (q.dt == DT_BF16) {
-    attn_dec_mma_body<true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
+    attn_dec_mma_body<true, false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos,
+                                   pre, q);
   } else {
-    attn_dec_mma_body<false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos, pre);
+    attn_dec_mma_body<false, false>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, part, dm_smem, pos,
+                                    pre, q);
+  }
+#endif
+}
+
+// k_attn_dec_mma launched in clusters of its nsplit <= DM_CL_MAX splits (plan/attention.rs:
+// short caches), the splits merged through distributed shared memory into `out`
+// (attn_dec_cl_merge): no partials in global memory and no k_attn_combine launch after it.
+extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma_cl(TD q, TD k, TD v, TD mask, int has_mask,
+                                                                    float scale, int group, i64 split_len,
+                                                                    int nsplit, TD out, TD pos, int pre) {
+  prefetch_l2_attn_rows(k, split_len, DEC_MMA_PF_BYTES);
+  prefetch_l2_attn_rows(v, split_len, DEC_MMA_PF_BYTES);
+  NPU_TL_TOP();
+  if (!pre) pdl_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) unsigned char dm_smem[];
+  if (q.dt == DT_BF16) {
+    attn_dec_mma_body<true, true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, nullptr, dm_smem, pos,
+                                  pre, out);
+  } else {
+    attn_dec_mma_body<false, true>(q, k, v, mask, has_mask, scale, group, split_len, nsplit, nullptr, dm_smem, pos,
+                                   pre, out);
   }
 #endif
 }

@@ -30,6 +30,11 @@ const DM_SMEM_BYTES: u32 = (4 * DM_KEYS * (MQ_MAXD + 8) * 2 + DM_MAXT / 8) as u3
 /// an SM's shared memory holds, up to this (H100, Qwen2.5-1.5B decode at 32000 keys: 2.95 ms
 /// at 3, 2.98 / 3.12 for 2 / 1.5 blocks per SM, 3.19 for two waves).
 const DM_BLOCKS_PER_SM: usize = 3;
+/// `k_attn_dec_mma_cl`'s largest cluster (kernels/attention.cu: DM_CL_MAX) and the most
+/// tiles a split of it takes: a cache of up to 16 x 2 tiles (2048 keys) is merged inside one
+/// launch, a longer one keeps its occupancy-sized splits and `k_attn_combine`.
+const DM_CL_MAX: usize = 16;
+const DM_CL_MAX_TILES: usize = 2;
 /// Shared memory the driver reserves per resident block (compute capability 8.0 and later).
 const SMEM_RESERVED_PER_BLOCK: usize = 1024;
 
@@ -214,6 +219,11 @@ impl Planner<'_> {
         if self.dev.smem_cap(func).ok()? < DM_SMEM_BYTES {
             return None;
         }
+        let mask = ins.get(3).map_or(TdArg::null(), TdArg::of);
+        let pre = self.cache_written_before(ins);
+        if let Some(p) = self.attention_decode_cluster(scale, ins, out, mask, pre) {
+            return Some(p);
+        }
         let per_sm = (self.dev.smem_per_sm as usize
             / (DM_SMEM_BYTES as usize + SMEM_RESERVED_PER_BLOCK))
             .clamp(1, DM_BLOCKS_PER_SM);
@@ -224,8 +234,6 @@ impl Planner<'_> {
             (t.div_ceil(want).div_ceil(DM_KEYS) * DM_KEYS).clamp(DM_KEYS, DM_KEYS * DM_MAXT);
         let nsplit = t.div_ceil(split_len).max(1);
         let part_bytes = align((b * h * nsplit * (d + 2) * 4) as u64);
-        let mask = ins.get(3).map_or(TdArg::null(), TdArg::of);
-        let pre = self.cache_written_before(ins);
         let launches = vec![
             kl(
                 func,
@@ -252,6 +260,76 @@ impl Planner<'_> {
         Some(StepPlan {
             launches,
             scratch: part_bytes,
+        })
+    }
+
+    /// `k_attn_dec_mma_cl`: a cache of at most [`DM_CL_MAX`] splits of up to
+    /// [`DM_CL_MAX_TILES`] tiles, one cluster of its splits per (batch, KV head), merged in
+    /// the cluster into `out`, so the step is one launch and no partials (decode at cache
+    /// 2048: 16 splits of two tiles instead of 32 of one and `k_attn_combine`). None for a
+    /// longer cache, an `out` that may share bytes with an operand, where the GPU cannot
+    /// hold such a cluster (`Device::cluster_fits`), or with `NPU_CUDA_ATTN_CLUSTER=0`.
+    fn attention_decode_cluster(
+        &self,
+        scale: f32,
+        ins: &[Binding],
+        out: &Binding,
+        mask: TdArg,
+        pre: Option<&Binding>,
+    ) -> Option<StepPlan> {
+        let (q, k) = (&ins[0], &ins[1]);
+        let (b, h) = (q.shape[0], q.shape[1]);
+        let (kvh, t) = (k.shape[1], k.shape[2]);
+        if !self.dev.dec_cluster {
+            return None;
+        }
+        let split_len = t.div_ceil(DM_CL_MAX).div_ceil(DM_KEYS).max(1) * DM_KEYS;
+        if split_len > DM_CL_MAX_TILES * DM_KEYS {
+            return None;
+        }
+        let nsplit = t.div_ceil(split_len).max(1);
+        // its blocks store `out` while other clusters still read the operands
+        if ins
+            .iter()
+            .chain(pre)
+            .any(|x| may_share(self.program, out, x))
+        {
+            return None;
+        }
+        let func = self.f("k_attn_dec_mma_cl");
+        if self.dev.smem_cap(func).ok()? < DM_SMEM_BYTES
+            || !self
+                .dev
+                .cluster_fits(func, nsplit as u32, 128, DM_SMEM_BYTES)
+        {
+            return None;
+        }
+        let Launch::Kernel(mut kern) = kl(
+            func,
+            (nsplit as u32, (b * kvh) as u32, 1),
+            128,
+            DM_SMEM_BYTES,
+            vec![
+                Arg::Td(TdArg::of(q)),
+                Arg::Td(TdArg::of(k)),
+                Arg::Td(TdArg::of(&ins[2])),
+                Arg::Td(mask),
+                Arg::I32(i32::from(ins.len() == 4)),
+                Arg::F32(scale),
+                Arg::I32((h / kvh) as i32),
+                Arg::I64(split_len as i64),
+                Arg::I32(nsplit as i32),
+                Arg::Td(TdArg::of(out)),
+                Arg::Td(pre.map_or(TdArg::null(), TdArg::of)),
+                Arg::I32(i32::from(pre.is_some())),
+            ],
+        ) else {
+            return None;
+        };
+        kern.cluster = nsplit as u32;
+        Some(StepPlan {
+            launches: vec![Launch::Kernel(kern)],
+            scratch: 0,
         })
     }
 

@@ -85,6 +85,7 @@ fn kl(func: Func, grid: (u32, u32, u32), block: u32, smem: u32, args: Vec<Arg>) 
         block: (block, 1, 1),
         smem,
         args,
+        cluster: 1,
     })
 }
 
