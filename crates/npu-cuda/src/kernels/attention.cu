@@ -1373,8 +1373,9 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, 
 extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma_cl(TD q, TD k, TD v, TD mask, int has_mask,
                                                                     float scale, int group, i64 split_len,
                                                                     int nsplit, TD out, TD pos, int pre) {
-  prefetch_l2_attn_rows(k, split_len, DEC_MMA_PF_BYTES);
-  prefetch_l2_attn_rows(v, split_len, DEC_MMA_PF_BYTES);
+  // the whole split (at most two tiles): only the first is staged before the wait
+  prefetch_l2_attn_rows(k, split_len, 2 * DEC_MMA_PF_BYTES);
+  prefetch_l2_attn_rows(v, split_len, 2 * DEC_MMA_PF_BYTES);
   NPU_TL_TOP();
   if (!pre) pdl_wait();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
