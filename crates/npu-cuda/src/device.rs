@@ -184,11 +184,6 @@ pub struct Device {
     /// Decode attention over 16-bit caches takes the tensor-core kernel `k_attn_dec_mma`,
     /// unless `NPU_CUDA_DEC_MMA=0` (then `k_attn_dec`, for comparisons).
     pub(crate) dec_mma: bool,
-    /// Decode attention over a short cache (at most 16 splits) runs as one launch of
-    /// thread-block clusters that merge their splits (`k_attn_dec_mma_cl`; compute
-    /// capability 9.0 and later), unless `NPU_CUDA_ATTN_CLUSTER=0` (then `k_attn_dec_mma` and
-    /// `k_attn_combine`, for comparisons).
-    pub(crate) dec_cluster: bool,
     /// Kernels in `DTYPE_INSTANCES` take their per-dtype instance where the operands allow,
     /// unless `NPU_CUDA_DTYPE_KERNELS=0` (then the generic one, for comparisons).
     pub(crate) dtype_kernels: bool,
@@ -312,8 +307,6 @@ impl Device {
             pdl: arch.0 >= 9 && std::env::var("NPU_CUDA_PDL").map_or(true, |v| v != "0"),
             lt_tune: std::env::var("NPU_CUDA_LT_TUNE").map_or(true, |v| v != "0"),
             dec_mma: std::env::var("NPU_CUDA_DEC_MMA").map_or(true, |v| v != "0"),
-            dec_cluster: arch.0 >= 9
-                && std::env::var("NPU_CUDA_ATTN_CLUSTER").map_or(true, |v| v != "0"),
             dtype_kernels: std::env::var("NPU_CUDA_DTYPE_KERNELS").map_or(true, |v| v != "0"),
             cudnn: CudnnUse::from_env(),
             lt_algos: Mutex::new(HashMap::new()),
