@@ -18,6 +18,20 @@ pub(crate) fn common_source() -> String {
     let mut s = crate::timeline::defines();
     let defer = crate::plan::gemv_norm_deferred();
     let _ = writeln!(s, "#define NPU_GEMV_NORM_DEFER {}", u8::from(defer));
+    // exp-nowaitk (diagnostic, wrong results): kinds whose programmatic wait is dropped
+    let mask = std::env::var("NPU_CUDA_X_NOWAIT").unwrap_or_default();
+    let bit = |k: &str| match k {
+        "gemv" => 1,
+        "rope" => 2,
+        "attn" => 4,
+        "comb" => 8,
+        "ew" => 16,
+        "rest" => 32,
+        "all" => 63,
+        _ => 0,
+    };
+    let m: u32 = mask.split(',').map(bit).fold(0, |a, b| a | b);
+    let _ = writeln!(s, "#define NPU_X_NOWAIT {m}");
     s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
         "\n// Epilogue activations by UnaryOp::act_code (generated from the pointwise table).\n",

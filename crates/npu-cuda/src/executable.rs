@@ -163,6 +163,7 @@ impl CudaExecutable {
         let arena = DevBuf::zeroed(&dev, program.arena_bytes as usize, "the arena")?;
         // Generated elementwise kernels: one module for the whole program.
         let mut src = crate::elementwise::common_source();
+        src.push_str("#undef NPU_KBIT\n#define NPU_KBIT 16\n");
         let mut names: Vec<String> = Vec::new();
         for s in &program.steps {
             let Some(out) = s.outputs.first().filter(|_| s.outputs.len() == 1) else {

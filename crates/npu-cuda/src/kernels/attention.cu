@@ -631,6 +631,8 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_mma(TD q, TD k, TD v, T
 // not a loop of single loads.
 #define CMAX 1024
 #define CW 8
+#undef NPU_KBIT
+#define NPU_KBIT 8
 extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* part, int nsplit, TD out) {
   pdl_enter();
   __shared__ float wsh[CMAX];
@@ -703,6 +705,8 @@ extern "C" __global__ void __launch_bounds__(256) k_attn_combine(const float* pa
     st16_or_cold(out.ptr, out.dt, o, L > 0.0f ? sum / L : 0.0f);
   }
 }
+#undef NPU_KBIT
+#define NPU_KBIT 32
 
 // Decode attention (one query row, S == 1, head dim <= 128): grid (split, B * KVH), 128
 // threads (4 warps). A
@@ -1034,6 +1038,8 @@ __device__ __forceinline__ void dw_stage(const DwStage& p, const TD& k, i64 kbas
   cp_async_commit();
 }
 
+#undef NPU_KBIT
+#define NPU_KBIT 4
 template <bool BF>
 __device__ __forceinline__ void attn_dec_mma_body(const TD& q, const TD& k, const TD& v, const TD& mask,
                                                   int has_mask, float scale, int group, i64 split_len,
@@ -1297,3 +1303,5 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_attn_dec_mma(TD q, TD k, 
   }
 #endif
 }
+#undef NPU_KBIT
+#define NPU_KBIT 32

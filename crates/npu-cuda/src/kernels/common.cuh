@@ -108,6 +108,24 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_wait_raw();
   pdl_trigger_raw();
 }
+// exp-nowaitk (diagnostic, wrong results): NPU_X_NOWAIT is a mask of kernel kinds whose
+// programmatic wait is compiled away (elementwise.rs: 1 the plain GEMVs, 2 the q/k/v GEMV with
+// the RoPE group, 4 the decode attention, 8 the combine, 16 generated elementwise kernels, 32
+// the rest); a kernel's kind is NPU_KBIT where pdl_enter() / pdl_wait() is written.
+#define NPU_KBIT 32
+template <int BIT>
+__device__ __forceinline__ void pdl_wait_k() {
+  if (!(NPU_X_NOWAIT & BIT)) pdl_wait_raw();
+}
+template <int BIT>
+__device__ __forceinline__ void pdl_enter_k() {
+  pdl_wait_k<BIT>();
+  pdl_trigger_raw();
+}
+#ifndef NPU_TL_BUF
+#define pdl_enter() pdl_enter_k<NPU_KBIT>()
+#define pdl_wait() pdl_wait_k<NPU_KBIT>()
+#endif
 #ifdef NPU_TL_BUF
 #define pdl_enter() NpuTlScope npu_tl_scope_(1)
 #define NPU_TL_TOP() NpuTlScope npu_tl_scope_top_(0)

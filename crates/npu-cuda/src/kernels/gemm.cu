@@ -614,6 +614,8 @@ __device__ __forceinline__ void gemv16_body(const TD& a, const TD& b, const TD& 
   }
 }
 
+#undef NPU_KBIT
+#define NPU_KBIT 1
 #define GEMV16_PARAMS                                                                                  \
   TD a, TD b, TD bias, int has_bias, float alpha, float beta, int act, TD out, TD nw, int has_norm, \
       float eps
@@ -651,6 +653,8 @@ extern "C" __global__ void __maxnreg__(64) k_gemv16p_f16(GEMV16_PARAMS, int wpre
 
 // k_gemv16 with the decode step's RoPE / KV-cache group in its epilogue (GvRope): one launch
 // fewer a layer. Its parameters past k_gemv16's are GvRope's fields in order.
+#undef NPU_KBIT
+#define NPU_KBIT 2
 #define GV_ROPE_PARAMS                                                                                        \
   const unsigned short *c0, const unsigned short *s0, const unsigned short *c1, const unsigned short *s1,   \
       unsigned short *o0, unsigned short *o1, unsigned short *kc, unsigned short *vc, i64 cs0, i64 ss0,       \
@@ -690,6 +694,8 @@ extern "C" __global__ void __launch_bounds__(256) k_gemv16p_rope_f16(GEMV16_PARA
   gemv16_body<DT_F16, true, true>(GEMV16_ARGS, wpre, GV_ROPE_ARGS);
 }
 
+#undef NPU_KBIT
+#define NPU_KBIT 32
 // im2col with a 2-D grid: y over the kc rows (grid-stride), x over the N * pix columns with
 // 32-bit index math. Same layout as k_im2col.
 extern "C" __global__ void k_im2col2(TD x, int c0, int cg, int kh, int kw, int sh, int sw, int ph, int pw,
