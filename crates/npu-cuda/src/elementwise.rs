@@ -30,7 +30,7 @@ pub(crate) fn common_source() -> String {
         "all" => 63,
         _ => 0,
     };
-    let m: u32 = mask.split(',').map(bit).fold(0, |a, b| a | b);
+    let m: u32 = mask.split([',', '+']).map(bit).fold(0, |a, b| a | b);
     let _ = writeln!(s, "#define NPU_X_NOWAIT {m}");
     s.push_str(include_str!("kernels/common.cuh"));
     s.push_str(
