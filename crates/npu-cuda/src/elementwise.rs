@@ -105,7 +105,13 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
         .map(|i| format!("TD i{i}"))
         .chain(["TD out".to_string(), "i64 n".to_string()])
         .collect();
-    let _ = writeln!(body, "({}) {{\n  pdl_enter();", params.join(", "));
+    // exp-ewtrig: NPU_CUDA_X_EW_TRIGGER=early lets the next grid be scheduled before this
+    // kernel's wait (it still waits before any memory access; the next grid waits for this
+    // one's completion as before), so the decode step's down GEMV becomes resident, and
+    // copies its weight rows, while the gate/up GEMV before the SiLU * mul launch drains
+    let early = std::env::var("NPU_CUDA_X_EW_TRIGGER").is_ok_and(|v| v == "early");
+    let enter = if early { "pdl_enter_early();" } else { "pdl_enter();" };
+    let _ = writeln!(body, "({}) {{\n  {enter}", params.join(", "));
     let _ = writeln!(
         body,
         "  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < {}; e += (i64)gridDim.x * blockDim.x) {{",

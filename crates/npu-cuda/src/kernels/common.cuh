@@ -108,6 +108,13 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_wait_raw();
   pdl_trigger_raw();
 }
+// exp-ewtrig: the trigger before the wait (generated elementwise kernels with
+// NPU_CUDA_X_EW_TRIGGER=early). The trigger only lets the next grid's blocks be scheduled;
+// that grid's own wait still waits for this one's completion.
+__device__ __forceinline__ void pdl_enter_early() {
+  pdl_trigger_raw();
+  pdl_wait_raw();
+}
 #ifdef NPU_TL_BUF
 #define pdl_enter() NpuTlScope npu_tl_scope_(1)
 #define NPU_TL_TOP() NpuTlScope npu_tl_scope_top_(0)
