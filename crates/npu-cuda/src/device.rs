@@ -681,7 +681,9 @@ mod tests {
             // triggering its dependents; kernels/attention.cu says why).
             let late =
                 head.contains(" k_attn_dec_mma(") && body.starts_with("if (!pre) pdl_wait();");
-            if !body.starts_with("pdl_enter();") && !late {
+            // pdl_enter_early(): the trigger first, then the same wait (exp-ewtrig)
+            let enters = body.starts_with("pdl_enter();") || body.starts_with("pdl_enter_early();");
+            if !enters && !late {
                 missing.push(name.to_string());
             }
             rest = &rest[open + 1..];

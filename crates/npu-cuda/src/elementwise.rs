@@ -110,7 +110,11 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
     // one's completion as before), so the decode step's down GEMV becomes resident, and
     // copies its weight rows, while the gate/up GEMV before the SiLU * mul launch drains
     let early = std::env::var("NPU_CUDA_X_EW_TRIGGER").is_ok_and(|v| v == "early");
-    let enter = if early { "pdl_enter_early();" } else { "pdl_enter();" };
+    let enter = if early {
+        "pdl_enter_early();"
+    } else {
+        "pdl_enter();"
+    };
     let _ = writeln!(body, "({}) {{\n  {enter}", params.join(", "));
     let _ = writeln!(
         body,
