@@ -70,9 +70,9 @@ fn gemv16_warps(n: usize, k: usize, sms: usize) -> usize {
 
 /// The most bytes of its first weight row a `k_gemv16p` warp copies into shared memory
 /// before its programmatic wait: the whole row of every Qwen2.5-1.5B GEMV but the down
-/// projection, of whose rows the first 16 KB. Measured on an H100 (docs/cuda.md, twenty-fifth session):
-/// decode at 32000 of 32768 -0.060 ms, at 1000 of 2048 +0.008; the down rows' copies alone
-/// +0.045 / +0.011, so they go with the others or not at all.
+/// projection, the first 16 KB of each of its rows. Measured on an H100 (docs/cuda.md,
+/// twenty-fifth session): decode at 32000 of 32768 -0.060 ms, at 1000 of 2048 +0.008; the
+/// down rows' copies alone +0.045 / +0.011, so they go with the others or not at all.
 const GEMV_PRELOAD_MAX: usize = 16384;
 
 /// The bytes of each warp's first weight row that `k_gemv16p` copies into shared memory

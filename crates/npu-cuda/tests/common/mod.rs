@@ -133,9 +133,11 @@ fn input(p: &Program, name: &'static str, v: &[f32]) -> (&'static str, HostTenso
     let (dtype, shape) = match p.inputs.iter().find(|t| t.name == name) {
         Some(t) => (t.dtype, t.shape.clone()),
         None => {
-            let w = p.weights.iter().find(|w| w.name == name);
-            let w =
-                w.unwrap_or_else(|| panic!("{name}: neither an input nor a weight of the program"));
+            let w = p
+                .weights
+                .iter()
+                .find(|w| w.name == name)
+                .unwrap_or_else(|| panic!("{name}: neither an input nor a weight of the program"));
             (w.dtype, w.shape.clone())
         }
     };
