@@ -105,7 +105,9 @@ pub(crate) fn generate(expr: &Expr, inputs: &[Binding], out: &Binding) -> (Strin
         .map(|i| format!("TD i{i}"))
         .chain(["TD out".to_string(), "i64 n".to_string()])
         .collect();
-    let _ = writeln!(body, "({}) {{\n  pdl_enter();", params.join(", "));
+    // The trigger first (kernels/common.cuh, pdl_enter_early): its successor, often a GEMV,
+    // is scheduled while this kernel still waits for the GEMV before it.
+    let _ = writeln!(body, "({}) {{\n  pdl_enter_early();", params.join(", "));
     let _ = writeln!(
         body,
         "  for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < {}; e += (i64)gridDim.x * blockDim.x) {{",

@@ -63,7 +63,8 @@ __device__ __forceinline__ unsigned long long npu_tl_now() {
 __device__ __forceinline__ unsigned npu_tl_tid() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
-// mode 1: waits and triggers as pdl_enter; 0: only the record (the kernel calls pdl_wait later)
+// mode 1: waits and triggers as pdl_enter; 2: triggers and waits as pdl_enter_early; 0: only the
+// record (the kernel calls pdl_wait later)
 struct NpuTlScope {
   __device__ __forceinline__ explicit NpuTlScope(int mode) {
     const bool first = npu_tl_tid() == 0;
@@ -85,11 +86,12 @@ struct NpuTlScope {
       }
       npu_tl_slot = r;
     }
-    if (mode == 1) {
+    if (mode == 2) pdl_trigger_raw();
+    if (mode != 0) {
       pdl_wait_raw();
       if (first && npu_tl_slot) npu_tl_slot->t1 = npu_tl_now();
-      pdl_trigger_raw();
     }
+    if (mode == 1) pdl_trigger_raw();
     __syncthreads();
   }
   __device__ __forceinline__ ~NpuTlScope() {
@@ -108,8 +110,20 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_wait_raw();
   pdl_trigger_raw();
 }
+// The trigger before the wait: the next grid's blocks may be scheduled while this kernel's
+// predecessor still runs (that grid's own wait still waits for this one's completion). For
+// short kernels whose successor is long to ramp: the generated elementwise kernels, so that
+// the decode step's down GEMV is resident, and copies its first weight rows, while the
+// gate/up GEMV drains (docs/cuda.md, exp-ewtrig). Two such kernels in a row let three grids
+// share the SMs: still correct (each grid waits for its predecessor's completion, which comes
+// after that one's own wait), but the waiting blocks hold their slots.
+__device__ __forceinline__ void pdl_enter_early() {
+  pdl_trigger_raw();
+  pdl_wait_raw();
+}
 #ifdef NPU_TL_BUF
 #define pdl_enter() NpuTlScope npu_tl_scope_(1)
+#define pdl_enter_early() NpuTlScope npu_tl_scope_(2)
 #define NPU_TL_TOP() NpuTlScope npu_tl_scope_top_(0)
 #else
 #define NPU_TL_TOP() \
