@@ -12,17 +12,33 @@ use cudarc::driver::{result, sys};
 use npu_ir::DType;
 use npu_runtime::tensor::cast_bytes;
 use npu_runtime::{Result, RuntimeError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Bytes converted and copied per chunk: large enough that a copy's fixed cost (a few
 /// microseconds) is small against its transfer, small enough to overlap conversion.
 pub(super) const CHUNK: usize = 4 << 20;
 /// Inputs at least this large convert on several threads.
 const PARALLEL_FROM: usize = 8 << 20;
-/// Threads a large input converts on at most. Conversion is bound by the host's memory
-/// bandwidth per thread (about 14 GB/s of f32 source on one AMD EPYC core), so matching the
-/// host link (~55 GB/s on the H100 machine) takes several.
+/// Threads a large input converts on at most (`NPU_CUDA_UPLOAD_THREADS` asks another number,
+/// for A/B runs). Conversion is bound by the host's memory bandwidth per thread (about 14 GB/s
+/// of f32 source on one AMD EPYC core), so matching the host link (~55 GB/s on the H100
+/// machine) takes several. The same code converted ResNet-50 batch 64's 38.5 MB at ~36 GB/s on
+/// one H100 machine and ~22 GB/s on another (docs/cuda.md, twenty-seventh session).
 const MAX_THREADS: usize = 8;
+
+/// The most conversion threads: `NPU_CUDA_UPLOAD_THREADS` where it is a positive number, else
+/// [`MAX_THREADS`]; read once.
+fn max_threads() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| parse_threads(std::env::var("NPU_CUDA_UPLOAD_THREADS").ok().as_deref()))
+}
+
+fn parse_threads(asked: Option<&str>) -> usize {
+    asked
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(MAX_THREADS)
+}
 /// The smallest chunk a parallel conversion splits into (so each thread gets a few).
 const MIN_PARALLEL_CHUNK: usize = 1 << 20;
 
@@ -150,7 +166,7 @@ pub(crate) fn upload_async(
     let (fs, ts) = (dtypes.0.size_bytes().max(1), dtypes.1.size_bytes().max(1));
     let total = stage.len;
     let threads = if total >= PARALLEL_FROM {
-        std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, MAX_THREADS))
+        std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, max_threads()))
     } else {
         1
     };
@@ -223,4 +239,19 @@ pub(crate) fn upload_async(
         })?;
         copied
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_threads, MAX_THREADS};
+
+    #[test]
+    fn upload_threads_setting() {
+        assert_eq!(parse_threads(None), MAX_THREADS);
+        assert_eq!(parse_threads(Some("16")), 16);
+        assert_eq!(parse_threads(Some(" 2 ")), 2);
+        // nonsense and zero keep the default rather than converting on no thread
+        assert_eq!(parse_threads(Some("0")), MAX_THREADS);
+        assert_eq!(parse_threads(Some("many")), MAX_THREADS);
+    }
 }
