@@ -163,6 +163,23 @@ pub fn cast_bytes(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> Result<
     Ok(())
 }
 
+/// As [`cast_bytes`], for a large destination the CPU does not read back (a GPU upload's
+/// staging): f32 -> f16 stores bypass the caches (`f16_slices::f32_to_f16_streaming`); other
+/// pairs, and unaligned buffers, convert as `cast_bytes` does.
+pub fn cast_bytes_streaming(src: &[u8], from: DType, dst: &mut [u8], to: DType) -> Result<()> {
+    if (from, to) == (DType::F32, DType::F16) {
+        let n = dst.len() / 2;
+        if convert(
+            &src[..(n * 4).min(src.len())],
+            dst,
+            f16_slices::f32_to_f16_streaming,
+        ) {
+            return Ok(());
+        }
+    }
+    cast_bytes(src, from, dst, to)
+}
+
 /// f32 <-> f16/bf16 over whole aligned slices (f16: F16C eight lanes an instruction where the
 /// CPU has it, `f16_slices`; bf16: `half`'s slice conversions): the host side of every upload
 /// and download of 16-bit tensors. False when the pair or the alignment does not fit; the
@@ -339,6 +356,12 @@ mod tests {
             let mut off = vec![0u8; v.len() * 2];
             cast_bytes(&shifted[1..], DType::F32, &mut off, to).unwrap();
             assert_eq!(off, slow, "{to} unaligned");
+            // the streaming form (non-temporal stores for f32 -> f16), aligned or not
+            for from in [&src[..], &shifted[1..]] {
+                let mut streamed = vec![0u8; v.len() * 2];
+                cast_bytes_streaming(from, DType::F32, &mut streamed, to).unwrap();
+                assert_eq!(streamed, slow, "{to} streamed");
+            }
             let mut back = vec![0u8; v.len() * 4];
             cast_bytes(&slow, to, &mut back, DType::F32).unwrap();
             for i in 0..v.len() {

@@ -22,6 +22,26 @@ pub(crate) fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
     dst.convert_from_f32_slice(src);
 }
 
+/// As [`f32_to_f16`], with non-temporal stores (past the few elements before the first
+/// 16-byte boundary of `dst`), fenced before returning: for large destinations the CPU does
+/// not read back, such as a GPU upload's staging. Such stores skip reading each destination
+/// line before writing it, a quarter of a DRAM-bound conversion's memory traffic: ResNet-50
+/// batch 64's 38.5 MB of f32 on two AMD EPYC threads took 10-37% less time in six runs
+/// (medians of 30: 1.03-1.97 ms against 1.43-2.23; `examples/bench_upload_cast.rs`, a shared
+/// and noisy machine). For destinations that fit in cache the plain stores are faster.
+pub(crate) fn f32_to_f16_streaming(src: &[f32], dst: &mut [f16]) {
+    let n = src.len().min(dst.len());
+    let (src, dst) = (&src[..n], &mut dst[..n]);
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::simd::level() >= crate::cpu::simd::Level::V3 {
+        // SAFETY: the CPU has AVX and F16C (level V3 and up, SSE2 with them); both slices
+        // hold `n` elements.
+        unsafe { x86::f32_to_f16_streaming(src, dst) };
+        return;
+    }
+    dst.convert_from_f32_slice(src);
+}
+
 /// `dst[i] = f32(src[i])` for the common length.
 pub(crate) fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
     let n = src.len().min(dst.len());
@@ -62,6 +82,32 @@ mod x86 {
             i += TURN;
         }
         dst[body..].convert_from_f32_slice(&src[body..]);
+    }
+
+    /// # Safety
+    /// As [`f32_to_f16`].
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn f32_to_f16_streaming(src: &[f32], dst: &mut [f16]) {
+        let n = src.len();
+        // elements before dst's first 16-byte boundary (f16 is 2-byte aligned: at most 7)
+        let head = ((16 - (dst.as_ptr() as usize & 15)) & 15) / 2;
+        let head = head.min(n);
+        f32_to_f16(&src[..head], &mut dst[..head]);
+        let body = head + (n - head) / TURN * TURN;
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut i = head;
+        while i < body {
+            // elements i..i + TURN lie inside both slices, and dst + i is 16-byte aligned
+            for u in 0..TURN / 8 {
+                let v = _mm256_loadu_ps(s.add(i + 8 * u));
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+                _mm_stream_si128(d.add(i + 8 * u) as *mut __m128i, h);
+            }
+            i += TURN;
+        }
+        // the streamed stores visible before anything this thread stores or publishes next
+        _mm_sfence();
+        f32_to_f16(&src[body..], &mut dst[body..]);
     }
 
     /// # Safety
@@ -123,6 +169,26 @@ mod tests {
                 } else {
                     assert_eq!(o.to_bits(), want.to_bits(), "element {i}: {x:e}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn streaming_f32_to_f16_matches_the_plain_conversion() {
+        let src = patterns();
+        let mut want = vec![f16::ZERO; src.len()];
+        f32_to_f16(&src, &mut want);
+        // destinations at every 2-byte offset from a 16-byte boundary, lengths around the
+        // head and the loop turn
+        let mut buf = vec![f16::ZERO; src.len() + 16];
+        for off in 0..8 {
+            for n in [0, 1, 5, 7, 8, 31, 32, 33, 39, 40, 1000, src.len()] {
+                let dst = &mut buf[off..off + n];
+                dst.fill(f16::from_bits(0x7e01));
+                f32_to_f16_streaming(&src[..n], dst);
+                let got: Vec<u16> = dst.iter().map(|h| h.to_bits()).collect();
+                let exp: Vec<u16> = want[..n].iter().map(|h| h.to_bits()).collect();
+                assert_eq!(got, exp, "offset {off}, {n} elements");
             }
         }
     }
