@@ -28,7 +28,8 @@ pub(crate) fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
 /// line before writing it, a quarter of a DRAM-bound conversion's memory traffic: ResNet-50
 /// batch 64's 38.5 MB of f32 on two AMD EPYC threads took 10-37% less time in six runs
 /// (medians of 30: 1.03-1.97 ms against 1.43-2.23; `examples/bench_upload_cast.rs`, a shared
-/// and noisy machine). For destinations that fit in cache the plain stores are faster.
+/// and noisy machine). Destinations that fit in cache keep the plain stores: these send every
+/// line to memory.
 pub(crate) fn f32_to_f16_streaming(src: &[f32], dst: &mut [f16]) {
     let n = src.len().min(dst.len());
     let (src, dst) = (&src[..n], &mut dst[..n]);
