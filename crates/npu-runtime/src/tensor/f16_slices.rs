@@ -11,15 +11,7 @@ use half::slice::HalfFloatSliceExt;
 
 /// `dst[i] = f16(src[i])` for the common length.
 pub(crate) fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
-    let n = src.len().min(dst.len());
-    let (src, dst) = (&src[..n], &mut dst[..n]);
-    #[cfg(target_arch = "x86_64")]
-    if crate::cpu::simd::level() >= crate::cpu::simd::Level::V3 {
-        // SAFETY: the CPU has AVX and F16C (level V3 and up); both slices hold `n` elements.
-        unsafe { x86::f32_to_f16(src, dst) };
-        return;
-    }
-    dst.convert_from_f32_slice(src);
+    to_f16(src, dst, false);
 }
 
 /// As [`f32_to_f16`], with non-temporal stores (past the few elements before the first
@@ -31,15 +23,26 @@ pub(crate) fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
 /// and noisy machine). Destinations that fit in cache keep the plain stores: these send every
 /// line to memory.
 pub(crate) fn f32_to_f16_streaming(src: &[f32], dst: &mut [f16]) {
+    to_f16(src, dst, true);
+}
+
+fn to_f16(src: &[f32], dst: &mut [f16], streaming: bool) {
     let n = src.len().min(dst.len());
     let (src, dst) = (&src[..n], &mut dst[..n]);
     #[cfg(target_arch = "x86_64")]
     if crate::cpu::simd::level() >= crate::cpu::simd::Level::V3 {
         // SAFETY: the CPU has AVX and F16C (level V3 and up, SSE2 with them); both slices
         // hold `n` elements.
-        unsafe { x86::f32_to_f16_streaming(src, dst) };
+        unsafe {
+            if streaming {
+                x86::f32_to_f16_streaming(src, dst)
+            } else {
+                x86::f32_to_f16(src, dst)
+            }
+        };
         return;
     }
+    let _ = streaming; // off x86-64 (or below V3) the plain conversion serves both
     dst.convert_from_f32_slice(src);
 }
 
