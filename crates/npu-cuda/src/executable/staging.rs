@@ -145,12 +145,9 @@ fn check_len(stage: &Pinned, src: &[u8], (from, to): (DType, DType), what: &str)
     Ok(())
 }
 
-fn cast(src: &[u8], dst: &mut [u8], (from, to): (DType, DType), what: &str) -> Result<()> {
-    cast_with(false, src, dst, (from, to), what)
-}
-
-/// [`cast`], with non-temporal stores where `streaming` (see [`streaming_stores`]).
-fn cast_with(
+/// `src` converted into `dst`, with non-temporal stores where `streaming` (see
+/// [`streaming_stores`]).
+fn cast(
     streaming: bool,
     src: &[u8],
     dst: &mut [u8],
@@ -176,7 +173,7 @@ pub(crate) fn convert(
     what: &str,
 ) -> Result<()> {
     check_len(stage, src, dtypes, what)?;
-    cast(src, stage.bytes_mut(), dtypes, what)
+    cast(false, src, stage.bytes_mut(), dtypes, what)
 }
 
 /// Converts `src` into `stage` and enqueues the copy of each chunk to device address `dst`
@@ -225,7 +222,7 @@ pub(crate) fn upload_async(
     let threads = threads.min(chunks.len());
     if threads <= 1 {
         return chunks.into_iter().try_for_each(|(off, d, s)| {
-            cast_with(streaming, s, d, dtypes, what)?;
+            cast(streaming, s, d, dtypes, what)?;
             copy(off, d.len())
         });
     }
@@ -243,7 +240,7 @@ pub(crate) fn upload_async(
                 let done = done.clone();
                 scope.spawn(move || {
                     lane.into_iter().try_for_each(|(off, d, s)| {
-                        cast_with(streaming, s, d, dtypes, what)?;
+                        cast(streaming, s, d, dtypes, what)?;
                         // The receiver lives until every sender is gone.
                         let _ = done.send((off, d.len()));
                         Ok(())
